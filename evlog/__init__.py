@@ -1,0 +1,58 @@
+"""evlog: an OpenTelemetry distribution for Python task schedulers and the workers they drive.
+
+Run a program under `evlog-instrument python app.py`, or call `evlog.configure()` in code.
+Public names are imported lazily, so `import evlog` costs next to nothing.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    # name: (module, attribute or None for the module itself)
+    "consumers": ("evlog.processors.consumers", None),
+    "aggregators": ("evlog.processors.aggregators", None),
+    "MultiEventLog": ("evlog.processors.multieventlog", "MultiEventLog"),
+    "Event": ("evlog.processors.multieventlog", "Event"),
+    "set_log_sink": ("evlog.processors.multieventlog", "set_log_sink"),
+    "fetch_logs": ("evlog.processors.multieventlog", "fetch_logs"),
+    "log_event": ("evlog.events", "log_event"),
+    "get_events": ("evlog.events", "get_events"),
+    "story": ("evlog.events", "story"),
+}
+
+
+def configure(**overrides: Any) -> bool:
+    """Set evlog up in this process, in code: the same settings as the EVLOG_* variables.
+
+    Keyword arguments override the environment and the YAML file: run_dir, capture, consumers,
+    redact, dask_transitions, summary. Console capture starts only if ``capture`` is given.
+    Returns False if evlog was already set up in this process (or the SDK is disabled).
+    """
+    from evlog import config
+    from evlog.bootstrap import boot
+
+    settings = config.load()
+    fixed = {}
+    for key, value in overrides.items():
+        if key == "consumers" and isinstance(value, str):
+            value = tuple(x.strip() for x in value.split(",") if x.strip() and x.strip() != "none")
+        elif key in ("consumers", "redact") and value is not None:
+            value = tuple(value)
+        fixed[key] = value
+    if fixed:
+        settings = settings.with_overrides(**fixed)
+    return boot.start(settings, capture="capture" in overrides and settings.capture != "off")
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'evlog' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value

@@ -1,0 +1,119 @@
+"""Set evlog up in this process, once: settings, SDK, exit hooks, instrumentations, consumers, capture.
+
+Called from evlog's sitecustomize (every Python process under evlog-instrument), from the OTel
+configurator entry point (plain opentelemetry-instrument) and from evlog.configure().
+"""
+from __future__ import annotations
+
+import os
+
+from evlog import _report, config
+
+_started_pid = -1
+
+
+def start(settings: config.Settings | None = None, *, capture: bool | None = None) -> bool:
+    """Set up this process; a second call in the same process does nothing. Never raises."""
+    global _started_pid
+    if _started_pid == os.getpid():
+        return False
+    _started_pid = os.getpid()
+    try:
+        return _start(settings, capture)
+    except Exception as exc:  # evlog must never stop the program from starting
+        _report.warn_once("boot", f"set-up failed, the program runs without evlog: {exc!r}")
+        return False
+
+
+def _start(settings, capture) -> bool:
+    if settings is None:
+        settings = config.load()
+    if settings.run_dir is None and settings.exporters.embedded and not settings.sdk_disabled:
+        from evlog import launcher
+
+        settings = settings.with_overrides(run_dir=launcher.default_run_dir(os.getcwd()))
+    config.set_current(settings)
+    if not os.environ.get("EVLOG_CONFIG_REPORTED"):
+        for p in settings.problems:
+            _report.warn_once(f"config-{p}", p)
+    if settings.sdk_disabled:
+        return False
+    from . import lifecycle, sdk
+
+    if not sdk.setup(settings):
+        return False
+    lifecycle.install()
+    _instrument(settings)
+    _install_consumers(settings)
+    owner = os.environ.pop("EVLOG_CAPTURE_PENDING", None) if capture is None else ("1" if capture else None)
+    if owner and settings.capture != "off":
+        _install_console(settings)
+    return True
+
+
+def _instrument(settings) -> None:
+    import wrapt
+
+    from evlog.instrumentation import TARGETS
+
+    for name, (module, target) in TARGETS.items():
+        if settings.instrumentation_enabled(name):
+            wrapt.register_post_import_hook(_activator(name, target), module)
+    from . import others
+
+    others.activate(settings)
+
+
+_active: dict = {}
+
+
+def _activator(name: str, target: str):
+    def activate(_module):
+        if name in _active:
+            return
+        try:
+            import importlib
+
+            mod, cls = target.split(":")
+            inst = getattr(importlib.import_module(mod), cls)()
+            inst.instrument()
+            _active[name] = inst
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("evlog"):
+                return  # that instrumentation is not built yet
+            _report.warn_once(f"instrument-{name}", f"the {name} instrumentation could not start: {exc!r}")
+        except Exception as exc:
+            _report.warn_once(f"instrument-{name}", f"the {name} instrumentation could not start: {exc!r}")
+
+    return activate
+
+
+def active_instrumentors() -> dict:
+    return dict(_active)
+
+
+def _install_consumers(settings) -> None:
+    if not settings.consumers:
+        return
+    try:
+        import importlib
+
+        processors = importlib.import_module("evlog.processors")
+        install = getattr(processors, "install_default", None)
+        if install:
+            install(settings)
+    except Exception as exc:
+        _report.warn_once("consumers", f"the consumers could not start: {exc!r}")
+
+
+def _install_console(settings) -> None:
+    import importlib
+
+    try:
+        console = importlib.import_module("evlog.instrumentation.console")
+    except ModuleNotFoundError:
+        return  # not built yet
+    try:
+        console.install(settings)
+    except Exception as exc:
+        _report.warn_once("console", f"console capture could not start: {exc!r}")

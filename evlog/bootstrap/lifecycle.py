@@ -1,0 +1,144 @@
+"""Every way out of a process flushes, and none waits long: atexit, SIGTERM, os._exit after fork.
+
+- Normal exit and sys.exit: an atexit hook.
+- SIGTERM (pool terminate, nanny kill, the launcher forwarding a signal): if the program left SIGTERM
+  at its default, a handler flushes and then dies by SIGTERM as before, so the exit status is unchanged.
+- Forked children (multiprocessing fork/forkserver, process pools, bare os.fork) leave by os._exit,
+  which skips atexit: in a forked child os._exit flushes first.
+The flush runs in a helper thread joined with a deadline, so a dead collector or a stuck exporter
+costs at most EXIT_TIMEOUT seconds (1 s once an export has already failed).
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import threading
+import time
+
+from evlog import _report, stats
+
+EXIT_TIMEOUT = float(os.environ.get("EVLOG_EXIT_TIMEOUT", "5") or 5)
+_before_flush: list = []
+_done_pid = -1
+_lock = threading.Lock()
+_real_exit = os._exit
+
+
+def before_flush(fn) -> None:
+    """Run ``fn()`` at exit before the providers flush (push out anything buffered)."""
+    _before_flush.append(fn)
+
+
+def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
+    """Force-flush all providers now, bounded; True if everything was flushed in time."""
+    from . import sdk
+
+    provs = sdk.providers()
+    if not provs:
+        return True
+    deadline = time.monotonic() + timeout_s
+    results = []
+
+    def run():
+        for p in provs:
+            remaining = max(0.05, deadline - time.monotonic())
+            try:
+                results.append(p.force_flush(int(remaining * 1000)))
+            except Exception as exc:
+                _report.warn_once("flush", f"flushing telemetry failed: {exc}")
+
+    t = threading.Thread(target=run, name="evlog-flush", daemon=True)
+    t.start()
+    t.join(max(0.0, deadline - time.monotonic()))
+    return not t.is_alive() and all(results)
+
+
+def finish() -> None:
+    """Flush and shut down once per process (idempotent), then write this process's stats line."""
+    global _done_pid
+    with _lock:
+        if _done_pid == os.getpid():
+            return
+        _done_pid = os.getpid()
+    for fn in list(_before_flush):
+        try:
+            fn()
+        except Exception as exc:
+            _report.warn_once(f"before-flush-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
+    from evlog.exporters import select
+
+    timeout = 1.0 if select.any_failed() else EXIT_TIMEOUT
+    start = time.monotonic()
+    flushed = flush(timeout)
+    if not flushed:
+        stats.incr("exit.flush_timeouts")
+        _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
+    _shutdown(max(0.2, timeout - (time.monotonic() - start)))
+    stats.write_process_line()
+
+
+def _shutdown(timeout_s: float) -> None:
+    from . import sdk
+
+    def run():
+        for p in sdk.providers():
+            try:
+                p.shutdown()
+            except Exception:
+                pass
+
+    t = threading.Thread(target=run, name="evlog-shutdown", daemon=True)
+    t.start()
+    t.join(timeout_s)
+
+
+def _on_sigterm(signum, frame):
+    finish()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _exit_after_fork(code):
+    try:
+        finish()
+    finally:
+        _real_exit(code)
+
+
+def _after_fork_in_child() -> None:
+    global _done_pid
+    _done_pid = -1
+    os._exit = _exit_after_fork
+
+
+_installed = False
+
+
+def install() -> None:
+    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit in forked children."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    atexit.register(finish)
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+                signal.signal(signal.SIGTERM, _on_sigterm)
+        except (ValueError, OSError):
+            pass
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def uninstall() -> None:
+    global _installed
+    if not _installed:
+        return
+    _installed = False
+    atexit.unregister(finish)
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os._exit is _exit_after_fork:
+        os._exit = _real_exit

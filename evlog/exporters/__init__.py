@@ -1,0 +1,1 @@
+"""Exporters: OTLP selection (select.py), the local run folder (runfolder.py) and its OTLP/JSON encoding."""

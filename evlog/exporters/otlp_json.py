@@ -1,0 +1,247 @@
+"""SDK telemetry -> OTLP/JSON export requests (the protobuf JSON mapping, ids in hex).
+
+This is the format the Collector's file exporter writes and its otlpjsonfile receiver reads: camelCase
+keys, 64-bit integers as strings, enums as numbers, trace and span ids as lowercase hex. Written by hand
+because the SDK's encoders go through protobuf objects (an import and a copy per item that the run
+folder does not need) and protobuf's JSON printer writes ids in base64, which OTLP/JSON forbids.
+"""
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+_STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
+
+
+def any_value(v: Any) -> dict:
+    if isinstance(v, bool):
+        return {"boolValue": v}
+    if isinstance(v, int):
+        return {"intValue": str(v)}
+    if isinstance(v, float):
+        return {"doubleValue": v}
+    if isinstance(v, str):
+        return {"stringValue": v}
+    if isinstance(v, (bytes, bytearray)):
+        return {"bytesValue": base64.b64encode(bytes(v)).decode()}
+    if isinstance(v, Mapping):
+        return {"kvlistValue": {"values": [{"key": str(k), "value": any_value(x)} for k, x in v.items()]}}
+    if isinstance(v, (list, tuple)):
+        return {"arrayValue": {"values": [any_value(x) for x in v]}}
+    if v is None:
+        return {}
+    return {"stringValue": str(v)}
+
+
+def attributes(attrs: Mapping[str, Any] | None) -> list:
+    if not attrs:
+        return []
+    return [{"key": k, "value": any_value(v)} for k, v in attrs.items()]
+
+
+def _resource(resource) -> dict:
+    return {"attributes": attributes(resource.attributes if resource is not None else None)}
+
+
+def _scope(scope) -> dict:
+    if scope is None:
+        return {"name": ""}
+    out = {"name": scope.name}
+    if scope.version:
+        out["version"] = scope.version
+    return out
+
+
+def _group(items, key_resource, key_scope):
+    """[(resource, [(scope, [item])])] preserving first-seen order."""
+    groups: dict = {}
+    for item in items:
+        r = key_resource(item)
+        s = key_scope(item)
+        groups.setdefault(id(r), (r, {}))[1].setdefault(id(s), (s, []))[1].append(item)
+    return [(r, list(scopes.values())) for r, scopes in groups.values()]
+
+
+# ---- traces ------------------------------------------------------------------------------------
+
+def span(sp) -> dict:
+    ctx = sp.context
+    out = {
+        "traceId": f"{ctx.trace_id:032x}",
+        "spanId": f"{ctx.span_id:016x}",
+        "name": sp.name,
+        "kind": sp.kind.value + 1,  # SDK INTERNAL=0..CONSUMER=4; proto adds UNSPECIFIED=0
+        "startTimeUnixNano": str(sp.start_time or 0),
+        "endTimeUnixNano": str(sp.end_time or 0),
+        "attributes": attributes(sp.attributes),
+    }
+    if sp.parent is not None:
+        out["parentSpanId"] = f"{sp.parent.span_id:016x}"
+    ts = ctx.trace_state
+    if ts:
+        out["traceState"] = ts.to_header()
+    if sp.events:
+        out["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": attributes(e.attributes)}
+            for e in sp.events
+        ]
+    if sp.links:
+        out["links"] = [
+            {
+                "traceId": f"{link.context.trace_id:032x}",
+                "spanId": f"{link.context.span_id:016x}",
+                "attributes": attributes(link.attributes),
+            }
+            for link in sp.links
+        ]
+    status = sp.status
+    code = _STATUS.get(status.status_code.name, 0)
+    if code:
+        out["status"] = {"code": code, **({"message": status.description} if status.description else {})}
+    dropped = getattr(sp, "dropped_attributes", 0)
+    if dropped:
+        out["droppedAttributesCount"] = dropped
+    return out
+
+
+def encode_spans(spans: Sequence) -> dict:
+    return {
+        "resourceSpans": [
+            {
+                "resource": _resource(res),
+                "scopeSpans": [{"scope": _scope(sc), "spans": [span(s) for s in items]} for sc, items in scopes],
+            }
+            for res, scopes in _group(spans, lambda s: s.resource, lambda s: s.instrumentation_scope)
+        ]
+    }
+
+
+# ---- logs --------------------------------------------------------------------------------------
+
+def log_record(readable) -> dict:
+    rec = readable.log_record
+    out: dict[str, Any] = {
+        "timeUnixNano": str(rec.timestamp or 0),
+        "observedTimeUnixNano": str(rec.observed_timestamp or rec.timestamp or 0),
+    }
+    if rec.severity_number is not None:
+        out["severityNumber"] = rec.severity_number.value
+    if rec.severity_text:
+        out["severityText"] = rec.severity_text
+    if rec.body is not None:
+        out["body"] = any_value(rec.body)
+    out["attributes"] = attributes(rec.attributes)
+    if rec.trace_id:
+        out["traceId"] = f"{rec.trace_id:032x}"
+    if rec.span_id:
+        out["spanId"] = f"{rec.span_id:016x}"
+    if rec.trace_flags:
+        out["flags"] = int(rec.trace_flags)
+    name = getattr(rec, "event_name", None)
+    if name:
+        out["eventName"] = name
+    return out
+
+
+def encode_logs(batch: Sequence) -> dict:
+    return {
+        "resourceLogs": [
+            {
+                "resource": _resource(res),
+                "scopeLogs": [{"scope": _scope(sc), "logRecords": [log_record(r) for r in items]} for sc, items in scopes],
+            }
+            for res, scopes in _group(batch, lambda r: r.resource, lambda r: r.instrumentation_scope)
+        ]
+    }
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+
+def _number_point(p) -> dict:
+    out = {
+        "attributes": attributes(p.attributes),
+        "startTimeUnixNano": str(p.start_time_unix_nano or 0),
+        "timeUnixNano": str(p.time_unix_nano),
+    }
+    if isinstance(p.value, int) and not isinstance(p.value, bool):
+        out["asInt"] = str(p.value)
+    else:
+        out["asDouble"] = float(p.value)
+    return out
+
+
+def _histogram_point(p) -> dict:
+    out = {
+        "attributes": attributes(p.attributes),
+        "startTimeUnixNano": str(p.start_time_unix_nano or 0),
+        "timeUnixNano": str(p.time_unix_nano),
+        "count": str(p.count),
+        "sum": float(p.sum),
+        "bucketCounts": [str(c) for c in p.bucket_counts],
+        "explicitBounds": [float(b) for b in p.explicit_bounds],
+    }
+    if p.count:
+        out["min"] = float(p.min)
+        out["max"] = float(p.max)
+    return out
+
+
+def _exp_histogram_point(p) -> dict:
+    return {
+        "attributes": attributes(p.attributes),
+        "startTimeUnixNano": str(p.start_time_unix_nano or 0),
+        "timeUnixNano": str(p.time_unix_nano),
+        "count": str(p.count),
+        "sum": float(p.sum),
+        "scale": p.scale,
+        "zeroCount": str(p.zero_count),
+        "positive": {"offset": p.positive.offset, "bucketCounts": [str(c) for c in p.positive.bucket_counts]},
+        "negative": {"offset": p.negative.offset, "bucketCounts": [str(c) for c in p.negative.bucket_counts]},
+        **({"min": float(p.min), "max": float(p.max)} if p.count else {}),
+    }
+
+
+def metric(m) -> dict:
+    from opentelemetry.sdk.metrics.export import ExponentialHistogram, Gauge, Histogram, Sum
+
+    out: dict[str, Any] = {"name": m.name}
+    if m.description:
+        out["description"] = m.description
+    if m.unit:
+        out["unit"] = m.unit
+    d = m.data
+    if isinstance(d, Gauge):
+        out["gauge"] = {"dataPoints": [_number_point(p) for p in d.data_points]}
+    elif isinstance(d, Sum):
+        out["sum"] = {
+            "dataPoints": [_number_point(p) for p in d.data_points],
+            "aggregationTemporality": int(d.aggregation_temporality),
+            "isMonotonic": bool(d.is_monotonic),
+        }
+    elif isinstance(d, Histogram):
+        out["histogram"] = {
+            "dataPoints": [_histogram_point(p) for p in d.data_points],
+            "aggregationTemporality": int(d.aggregation_temporality),
+        }
+    elif isinstance(d, ExponentialHistogram):
+        out["exponentialHistogram"] = {
+            "dataPoints": [_exp_histogram_point(p) for p in d.data_points],
+            "aggregationTemporality": int(d.aggregation_temporality),
+        }
+    return out
+
+
+def encode_metrics(metrics_data) -> dict:
+    return {
+        "resourceMetrics": [
+            {
+                "resource": _resource(rm.resource),
+                "scopeMetrics": [
+                    {"scope": _scope(sm.scope), "metrics": [metric(m) for m in sm.metrics]}
+                    for sm in rm.scope_metrics
+                ],
+            }
+            for rm in metrics_data.resource_metrics
+        ]
+    }

@@ -1,0 +1,16 @@
+"""Registry of evlog's instrumentations: one module per target, activated on import of the target.
+
+Each entry maps an instrumentation name (as used in OTEL_PYTHON_DISABLED_INSTRUMENTATIONS, with or
+without the ``evlog_`` prefix) to the module whose import triggers it and the class that patches it.
+An instrumentor class has ``instrument()`` and ``uninstrument()``, both idempotent; ``instrument()`` is
+called once the target module is imported, so nothing is paid by a process that never imports it.
+"""
+from __future__ import annotations
+
+# name: (module whose import activates it, "module:Class" of the instrumentor)
+TARGETS: dict[str, tuple[str, str]] = {
+    "dask": ("distributed", "evlog.instrumentation.dask:DaskInstrumentor"),
+    "futures": ("concurrent.futures", "evlog.instrumentation.futures:FuturesInstrumentor"),
+    "multiprocessing": ("multiprocessing", "evlog.instrumentation.multiprocessing:MultiprocessingInstrumentor"),
+    "torch_elastic": ("torch.distributed.elastic", "evlog.instrumentation.torch_elastic:TorchElasticInstrumentor"),
+}

@@ -1,0 +1,51 @@
+"""Per-process counters for the exit summary (spans, events, drops, ...).
+
+Counters are plain ints bumped without a lock: a lost increment under a race only blurs a summary
+figure, and the hot paths stay a single dict update. At exit each process appends one JSON line to
+the run's stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+counters: dict[str, int] = {}
+
+
+def incr(name: str, n: int = 1) -> None:
+    counters[name] = counters.get(name, 0) + n
+
+
+def reset() -> None:
+    counters.clear()
+
+
+def write_process_line(path: str | None = None) -> None:
+    """Append this process's counters to the stats file in one write (O_APPEND: never torn)."""
+    path = path or os.environ.get("EVLOG_STATS_FILE")
+    if not path:
+        return
+    line = json.dumps({"pid": os.getpid(), "time": time.time(), **counters}) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def read_all(path: str) -> list[dict]:
+    rows = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    except OSError:
+        pass
+    return rows
