@@ -1,0 +1,50 @@
+"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+PYTHON = sys.executable
+
+
+def evlog_env(extra: dict | None = None, **kw) -> dict:
+    """A clean environment for a child run: no stray OTEL_*/EVLOG_* from the developer's shell."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "EVLOG_"))}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    env.update({k: str(v) for k, v in kw.items()})
+    return env
+
+
+def run_instrumented(code: str | list[str], env: dict | None = None, timeout: float = 120, cwd: str | None = None,
+                     check: bool = False, stdin=None) -> subprocess.CompletedProcess:
+    """Run ``python -c code`` (or a full argv list) under evlog-instrument; capture its output."""
+    if isinstance(code, str):
+        argv = [PYTHON, "-c", textwrap.dedent(code)]
+    else:
+        argv = list(code)
+    cmd = [PYTHON, "-m", "evlog.launcher"] + argv
+    proc = subprocess.run(cmd, env=env if env is not None else evlog_env(), cwd=cwd, capture_output=True,
+                          timeout=timeout, stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout.decode(errors='replace')}\n"
+                             f"stderr:\n{proc.stderr.decode(errors='replace')}")
+    return proc
+
+
+def read_run_folder(path: str) -> dict:
+    """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every *.jsonl line of a run folder."""
+    from evlog.viewer import otlp_decode
+
+    out = {"spans": [], "logs": [], "metrics": []}
+    for signal, key, fn in (("traces", "spans", otlp_decode.decode_spans), ("logs", "logs", otlp_decode.decode_logs),
+                            ("metrics", "metrics", otlp_decode.decode_metrics)):
+        for f in sorted(glob.glob(os.path.join(path, f"{signal}*.jsonl"))):
+            with open(f, encoding="utf-8") as fh:
+                for line in fh:
+                    out[key].extend(fn(json.loads(line)))
+    return out
