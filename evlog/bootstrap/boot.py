@@ -43,12 +43,31 @@ def _start(settings, capture) -> bool:
     if not sdk.setup(settings):
         return False
     lifecycle.install()
+    _join_parent_trace()
     _instrument(settings)
     _install_consumers(settings)
     owner = os.environ.pop("EVLOG_CAPTURE_PENDING", None) if capture is None else ("1" if capture else None)
     if owner and settings.capture != "off":
         _install_console(settings)
     return True
+
+
+def _join_parent_trace() -> None:
+    """A parent that passed TRACEPARENT (W3C) in the environment: this process continues its trace."""
+    tp = os.environ.get("TRACEPARENT")
+    if not tp:
+        return
+    from opentelemetry import context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier = {"traceparent": tp, "tracestate": os.environ.get("TRACESTATE", "")}
+    ctx = TraceContextTextMapPropagator().extract(carrier)
+    from opentelemetry import trace
+
+    if trace.get_current_span(ctx).get_span_context().is_valid:
+        context.attach(ctx)
+    else:
+        _report.warn_once("traceparent", f"TRACEPARENT={tp!r} is not a valid W3C traceparent; ignoring it")
 
 
 def _instrument(settings) -> None:

@@ -1,0 +1,290 @@
+"""evlog-instrument: set-up in every process, export to run folder / OTLP gRPC / OTLP HTTP, exit paths."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+
+FAMILY = """
+import multiprocessing as mp, os, subprocess, sys
+from opentelemetry import trace
+tracer = trace.get_tracer("test")
+
+def child(tag):
+    with tracer.start_as_current_span("child " + tag):
+        pass
+
+if __name__ == "__main__":
+    with tracer.start_as_current_span("parent"):
+        for method in ("spawn", "fork", "forkserver"):
+            p = mp.get_context(method).Process(target=child, args=(method,))
+            p.start(); p.join()
+            assert p.exitcode == 0, (method, p.exitcode)
+        subprocess.run([sys.executable, "-c",
+            "from opentelemetry import trace\\nwith trace.get_tracer('t').start_as_current_span('child subprocess'): pass"],
+            check=True)
+    print("ok")
+"""
+
+EXPECTED = {"parent", "child spawn", "child fork", "child forkserver", "child subprocess"}
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def _check_family(spans):
+    by_name = {s["name"]: s for s in spans}
+    assert EXPECTED <= set(by_name), sorted(by_name)
+    pids = {by_name[n]["resource"]["process.pid"] for n in EXPECTED}
+    assert len(pids) == len(EXPECTED), "each process reports its own process.pid"
+    run_ids = {by_name[n]["resource"].get("evlog.run.id") for n in EXPECTED}
+    assert len(run_ids) == 1 and None not in run_ids, run_ids
+    parent = by_name["parent"]
+    for n in ("child spawn", "child fork"):  # a forkserver child's parent is the fork server
+        assert by_name[n]["resource"]["process.parent_pid"] == parent["resource"]["process.pid"]
+    assert {by_name[n]["resource"]["service.name"] for n in EXPECTED} == {"family"}
+
+
+def test_every_child_process_writes_to_the_shared_run_folder(tmp_path):
+    script = _write(tmp_path, "family.py", FAMILY)
+    run_dir = tmp_path / "run"
+    proc = run_instrumented([PYTHON, script], env=evlog_env(EVLOG_RUN_DIR=run_dir), check=True)
+    assert b"ok" in proc.stdout
+    data = read_run_folder(str(run_dir))
+    _check_family(data["spans"])
+    assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith("traces-")), "per-process files"
+    assert (os.stat(run_dir).st_mode & 0o777) == 0o700, "run folders are readable by the user alone"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_every_child_process_exports_over_otlp(tmp_path, otlp_receiver, protocol):
+    script = _write(tmp_path, "family.py", FAMILY)
+    run_instrumented([PYTHON, script], env=evlog_env(otlp_receiver.env(protocol)), check=True)
+    otlp_receiver.wait_for(lambda: EXPECTED <= {s["name"] for s in otlp_receiver.spans()}, timeout=30)
+    _check_family(otlp_receiver.spans())
+
+
+def test_default_run_folder_is_under_evlog_runs_and_summary_points_to_it(tmp_path):
+    proc = run_instrumented(
+        "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass",
+        cwd=tmp_path, check=True,
+    )
+    runs = list((tmp_path / "evlog-runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.endswith("-python"), runs
+    err = proc.stderr.decode()
+    assert "1 spans" in err and f"evlog view evlog-runs/{runs[0].name}" in err, err
+    assert [s["name"] for s in read_run_folder(str(runs[0]))["spans"]] == ["one"]
+
+
+def test_summary_can_be_silenced(tmp_path):
+    proc = run_instrumented("pass", env=evlog_env(EVLOG_RUN_DIR=tmp_path / "r", EVLOG_SUMMARY="false"), check=True)
+    assert b"evlog" not in proc.stderr
+
+
+def test_sigterm_flushes_spans_and_passes_the_signal_through(tmp_path):
+    code = """
+    import sys, time
+    from opentelemetry import trace
+    tracer = trace.get_tracer("t")
+    for i in range(50):
+        with tracer.start_as_current_span(f"before-term"):
+            pass
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)],
+                            env=evlog_env(EVLOG_RUN_DIR=run_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == b"ready"
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    spans = read_run_folder(str(run_dir))["spans"]
+    assert len([s for s in spans if s["name"] == "before-term"]) == 50
+
+
+def test_pool_workers_flush_when_the_pool_terminates_them(tmp_path):
+    code = """
+    import multiprocessing as mp
+    from opentelemetry import trace
+
+    def task(i):
+        with trace.get_tracer("t").start_as_current_span("in-worker"):
+            return i * 2
+
+    if __name__ == "__main__":
+        with mp.get_context("fork").Pool(2) as pool:   # __exit__ terminates the workers (SIGTERM)
+            assert sum(pool.map(task, range(20))) == 380
+    """
+    script = _write(tmp_path, "pool.py", code)
+    run_dir = tmp_path / "run"
+    run_instrumented([PYTHON, script], env=evlog_env(EVLOG_RUN_DIR=run_dir), check=True)
+    spans = [s for s in read_run_folder(str(run_dir))["spans"] if s["name"] == "in-worker"]
+    assert len(spans) == 20
+
+
+def test_dead_endpoint_neither_blocks_nor_prints_a_traceback(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = """
+    from opentelemetry import trace
+    tracer = trace.get_tracer("t")
+    for i in range(2000):
+        with tracer.start_as_current_span("lost"):
+            pass
+    print("finished")
+    """
+    for protocol in ("grpc", "http/protobuf"):
+        env = evlog_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+        proc = run_instrumented(code, env=env, timeout=60)
+        err = proc.stderr.decode()
+        assert proc.returncode == 0 and b"finished" in proc.stdout
+        assert "Traceback" not in err, err
+        assert len([l for l in err.splitlines() if l.startswith("evlog:")]) <= 3, err
+        assert "dropped" in err, err
+
+
+def test_bad_settings_get_one_clear_message_and_the_program_runs_on_defaults(tmp_path):
+    (tmp_path / "evlog.yaml").write_text("capture: metadata\nconsumers: [wsat\n")
+    env = evlog_env(EVLOG_CAPTURE="loud", OTEL_EXPORTER_OTLP_ENDPOINT="localhost:4317", EVLOG_RUN_DIR=tmp_path / "r")
+    proc = run_instrumented(
+        "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('still'): print('ran')",
+        env=env, cwd=tmp_path,
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and b"ran" in proc.stdout
+    assert "EVLOG_CAPTURE" in err and "'loud'" in err
+    assert "evlog.yaml, line" in err and "malformed YAML" in err
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT='localhost:4317'" in err
+    assert err.count("EVLOG_CAPTURE") == 1, "reported once for the whole run"
+    # the endpoint was ignored, so the embedded default (run folder) took over
+    assert [s["name"] for s in read_run_folder(str(tmp_path / "r"))["spans"]] == ["still"]
+
+
+def test_usage_missing_command_and_exit_codes(tmp_path):
+    proc = subprocess.run([PYTHON, "-m", "evlog.launcher"], capture_output=True, timeout=30)
+    assert proc.returncode == 2 and b"usage: evlog-instrument" in proc.stderr
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r")
+    proc = subprocess.run([PYTHON, "-m", "evlog.launcher", "no-such-command-xyz"], capture_output=True, env=env, timeout=30)
+    assert proc.returncode == 127 and b"no-such-command-xyz: command not found" in proc.stderr
+    assert run_instrumented("import sys; sys.exit(3)", env=env).returncode == 3
+    assert run_instrumented("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", env=env).returncode == 128 + 9
+
+
+def test_resource_service_name_defaults_to_the_script_and_user_values_win(tmp_path):
+    script = _write(tmp_path, "trainer.py", "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('s'): pass\n")
+    run_instrumented([PYTHON, script], env=evlog_env(EVLOG_RUN_DIR=tmp_path / "a"), check=True)
+    res = read_run_folder(str(tmp_path / "a"))["spans"][0]["resource"]
+    assert res["service.name"] == "trainer"
+    assert res["host.name"] and res["process.pid"] and res["service.instance.id"]
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "b", OTEL_RESOURCE_ATTRIBUTES="service.name=fromattrs,team=ml",
+                    OTEL_SERVICE_NAME="mine")
+    run_instrumented([PYTHON, script], env=env, check=True)
+    res = read_run_folder(str(tmp_path / "b"))["spans"][0]["resource"]
+    assert res["service.name"] == "mine" and res["team"] == "ml"
+
+
+def test_user_sitecustomize_still_runs_and_setup_happens_once(tmp_path):
+    site = tmp_path / "usersite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE_RAN = True\n")
+    code = """
+    import builtins, evlog
+    assert builtins.USER_SITE_RAN
+    assert evlog.configure() is False, "already set up by the launcher"
+    from opentelemetry import trace
+    with trace.get_tracer('t').start_as_current_span('once'): pass
+    """
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=site)
+    run_instrumented(code, env=env, check=True)
+    assert [s["name"] for s in read_run_folder(str(tmp_path / "r"))["spans"]] == ["once"]
+
+
+def test_nested_launcher_joins_the_outer_run(tmp_path):
+    inner = f"{PYTHON} -m evlog.launcher {PYTHON} -c \"from opentelemetry import trace; trace.get_tracer('t').start_span('inner').end()\""
+    code = f"import subprocess; subprocess.run({inner!r}, shell=True, check=True)"
+    proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "r"), check=True)
+    spans = read_run_folder(str(tmp_path / "r"))["spans"]
+    assert [s["name"] for s in spans] == ["inner"]
+    assert proc.stderr.decode().count("spans,") == 1, "one summary, from the outer launcher"
+
+
+def test_traceparent_in_the_environment_is_continued(tmp_path):
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('joined').end()",
+                     env=evlog_env(EVLOG_RUN_DIR=tmp_path / "r", TRACEPARENT=tp), check=True)
+    (span,) = read_run_folder(str(tmp_path / "r"))["spans"]
+    assert span["trace_id"] == "0af7651916cd43dd8448eb211c80319c" and span["parent_span_id"] == "b7ad6b7169203331"
+
+
+def test_sdk_disabled_runs_the_program_without_telemetry(tmp_path):
+    proc = run_instrumented("print('plain')", env=evlog_env(EVLOG_RUN_DIR=tmp_path / "r", OTEL_SDK_DISABLED="true"),
+                            check=True)
+    assert proc.stdout == b"plain\n" and not list((tmp_path / "r").glob("*.jsonl"))
+
+
+def test_opentelemetry_instrument_finds_the_evlog_distro(tmp_path):
+    bindir = os.path.dirname(sys.executable)
+    otel = os.path.join(bindir, "opentelemetry-instrument")
+    if not os.path.exists(otel):
+        pytest.fail("opentelemetry-instrument is not installed (pip install -e .[test])")
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", OTEL_PYTHON_DISTRO="evlog", OTEL_PYTHON_CONFIGURATOR="evlog")
+    subprocess.run([otel, PYTHON, "-c", "from opentelemetry import trace; trace.get_tracer('t').start_span('via-otel').end()"],
+                   env=env, check=True, timeout=60, capture_output=True)
+    (span,) = read_run_folder(str(tmp_path / "r"))["spans"]
+    assert span["name"] == "via-otel" and span["resource"]["telemetry.distro.name"] == "evlog"
+
+
+FAKE_INSTRUMENTORS = {
+    "fakeinst.py": """
+        import os
+        class Always:
+            def instrument(self, **kw):
+                os.environ["FAKE_ALWAYS"] = "1"
+        class OnYaml:
+            def instrument(self, **kw):
+                os.environ["FAKE_ONYAML"] = "1"
+    """,
+    "fakealways-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakealways\nVersion: 0.1\n",
+    "fakealways-0.1.dist-info/entry_points.txt": "[opentelemetry_instrumentor]\nalways = fakeinst:Always\n",
+    "fakeonyaml-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: fakeonyaml\nVersion: 0.1\n"
+                                        "Provides-Extra: instruments\nRequires-Dist: pyyaml; extra == \"instruments\"\n",
+    "fakeonyaml-0.1.dist-info/entry_points.txt": "[opentelemetry_instrumentor]\nonyaml = fakeinst:OnYaml\n",
+}
+
+
+def test_other_installed_instrumentors_activate_when_their_library_is_imported(tmp_path):
+    site = tmp_path / "site"
+    for name, text in FAKE_INSTRUMENTORS.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(textwrap.dedent(text))
+    code = """
+    import os
+    assert os.environ.get("FAKE_ALWAYS") == "1", "no library named: active at start"
+    assert "FAKE_ONYAML" not in os.environ, "not before its library is imported"
+    import yaml
+    assert os.environ.get("FAKE_ONYAML") == "1"
+    print("checked")
+    """
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=site)
+    proc = run_instrumented(code, env=env, check=True)
+    assert b"checked" in proc.stdout
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "always"
+    proc = run_instrumented("import os; print(os.environ.get('FAKE_ALWAYS'))", env=env, check=True)
+    assert proc.stdout.strip() == b"None"
