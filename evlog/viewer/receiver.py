@@ -1,0 +1,513 @@
+"""A real OTLP receiver: gRPC and HTTP (protobuf and JSON) in background threads.
+
+``OTLPReceiver(sink)`` listens for the three OTLP export services and calls ``sink(signal, rows)``
+with the decoded rows (see evlog.viewer.otlp_decode) for every accepted request; ``signal`` is
+"traces", "logs" or "metrics". The sink is called from several threads at once (gRPC workers, the
+HTTP decode pool): it must be thread-safe. A sink that raises does not hurt the server: the error
+is counted (``sink_errors``) and the client gets a partial-success response rejecting the rows.
+
+- gRPC (grpcio): the TraceService, LogsService and MetricsService ``Export`` methods of
+  opentelemetry-proto. Requests arrive as raw bytes and are parsed here, so a malformed body gets
+  INVALID_ARGUMENT (grpcio's own deserializer would answer INTERNAL).
+- HTTP (aiohttp): POST /v1/traces, /v1/logs, /v1/metrics with Content-Type application/x-protobuf
+  or application/json, Content-Encoding gzip, deflate or identity. As the OTLP/HTTP spec says: 200
+  with an Export*ServiceResponse in the request's encoding; 400 with a google.rpc.Status for a
+  malformed body; 413 over ``max_body`` (compressed or decompressed); 415 for another content type
+  or encoding. ``build_app(extra_routes)`` makes the aiohttp app, so ``evlog serve`` can put its
+  dashboard on the same port.
+
+Port 0 picks a free port; ``start()`` returns once both servers listen; ``stop()`` is bounded.
+``fail_with(status)`` makes every export fail on purpose (a gRPC code name such as "UNAVAILABLE",
+or an HTTP status such as 503 or 429; each mapped to the other transport) until ``clear_failure()``,
+for fault-injection tests.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import json
+import socket
+import threading
+import zlib
+from typing import Any, Callable, Iterable
+
+from evlog.viewer.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
+
+__all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY"]
+
+DEFAULT_MAX_BODY = 32 * 1024 * 1024
+
+_PROTOBUF = "application/x-protobuf"
+_JSON = "application/json"
+
+_SERVICES = {
+    "traces": ("opentelemetry.proto.collector.trace.v1.TraceService", "rejected_spans"),
+    "logs": ("opentelemetry.proto.collector.logs.v1.LogsService", "rejected_log_records"),
+    "metrics": ("opentelemetry.proto.collector.metrics.v1.MetricsService", "rejected_data_points"),
+}
+
+# gRPC code name -> HTTP status (for fail_with), after the OTLP retry rules: the retryable gRPC
+# codes map to the retryable HTTP statuses.
+_GRPC_TO_HTTP = {
+    "INVALID_ARGUMENT": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 429,
+    "UNIMPLEMENTED": 501,
+    "UNAVAILABLE": 503,
+    "DEADLINE_EXCEEDED": 504,
+}
+_HTTP_TO_GRPC = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "RESOURCE_EXHAUSTED",
+    429: "UNAVAILABLE",  # retryable on both sides, as 429 is for OTLP/HTTP
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+class _Reject(Exception):
+    """An HTTP request turned away: status, gRPC code name, message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _response_classes() -> dict:
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+    return {
+        "traces": trace_service_pb2.ExportTraceServiceResponse,
+        "logs": logs_service_pb2.ExportLogsServiceResponse,
+        "metrics": metrics_service_pb2.ExportMetricsServiceResponse,
+    }
+
+
+def _url_host(host: str) -> str:
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+class OTLPReceiver:
+    """OTLP over gRPC and HTTP on loopback (by default), feeding decoded rows to ``sink``.
+
+    ``grpc_port`` / ``http_port``: 0 picks a free port, None leaves that transport off.
+    ``extra_routes``: aiohttp route definitions, or a callable ``(app) -> None``, added to the HTTP app.
+    """
+
+    def __init__(
+        self,
+        sink: Callable[[str, list], Any],
+        host: str = "127.0.0.1",
+        grpc_port: int | None = 0,
+        http_port: int | None = 0,
+        max_body: int = DEFAULT_MAX_BODY,
+        extra_routes: Any = None,
+        grpc_workers: int = 4,
+    ):
+        self._sink = sink
+        self.host = host
+        self._want_grpc = grpc_port
+        self._want_http = http_port
+        self.max_body = int(max_body)
+        self._extra_routes = extra_routes
+        self._grpc_workers = grpc_workers
+        self._lock = threading.Lock()
+        self._requests: collections.Counter = collections.Counter()
+        self._rejected = 0
+        self._sink_errors = 0
+        self._last_error = ""
+        self._failure: tuple[int, str, str] | None = None
+        self._failures_left: int | None = None
+        self._responses = _response_classes()
+        self._grpc_server: Any = None
+        self._grpc_pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._grpc_port: int | None = None
+        self._http_port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: Any = None
+        self._thread: threading.Thread | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ public state
+
+    @property
+    def grpc_port(self) -> int | None:
+        return self._grpc_port
+
+    @property
+    def http_port(self) -> int | None:
+        return self._http_port
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://{_url_host(self.host)}:{self._grpc_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://{_url_host(self.host)}:{self._http_port}"
+
+    @property
+    def requests(self) -> dict[tuple[str, str], int]:
+        """Export requests received, by (transport, signal); transport is "grpc" or "http"."""
+        with self._lock:
+            return dict(self._requests)
+
+    @property
+    def rejected(self) -> int:
+        """Requests answered with an error (malformed, too large, wrong type, failing on purpose)."""
+        with self._lock:
+            return self._rejected
+
+    @property
+    def sink_errors(self) -> int:
+        """Requests whose rows the sink raised on."""
+        with self._lock:
+            return self._sink_errors
+
+    @property
+    def last_error(self) -> str:
+        """The message of the last rejection or sink error ("" if none)."""
+        with self._lock:
+            return self._last_error
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "requests": dict(self._requests),
+                "rejected": self._rejected,
+                "sink_errors": self._sink_errors,
+                "last_error": self._last_error,
+            }
+
+    # ------------------------------------------------------------------ fault injection
+
+    def fail_with(self, status: str | int, times: int | None = None, message: str | None = None) -> None:
+        """Fail every export (or the next ``times``) with ``status``: a gRPC code name
+        ("UNAVAILABLE", "RESOURCE_EXHAUSTED", ...) or an HTTP status (503, 429, ...)."""
+        import grpc
+
+        if isinstance(status, int) and not isinstance(status, bool):
+            http_status = status
+            code = _HTTP_TO_GRPC.get(status, "UNKNOWN" if status < 500 else "INTERNAL")
+        elif isinstance(status, str) and status.upper() in grpc.StatusCode.__members__:
+            code = status.upper()
+            http_status = _GRPC_TO_HTTP.get(code, 500)
+        else:
+            raise ValueError(f"fail_with: expected a gRPC code name or an HTTP status, got {status!r}")
+        if not 400 <= http_status <= 599:
+            raise ValueError(f"fail_with: HTTP status {http_status} is not an error")
+        with self._lock:
+            self._failure = (http_status, code, message or f"failing on purpose ({code}, {http_status})")
+            self._failures_left = times
+
+    def clear_failure(self) -> None:
+        with self._lock:
+            self._failure = None
+            self._failures_left = None
+
+    def _take_failure(self) -> tuple[int, str, str] | None:
+        with self._lock:
+            f = self._failure
+            if f is not None and self._failures_left is not None:
+                self._failures_left -= 1
+                if self._failures_left <= 0:
+                    self._failure = None
+                    self._failures_left = None
+            return f
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout: float = 10.0) -> "OTLPReceiver":
+        """Bind and listen (gRPC and HTTP); returns once both accept connections."""
+        if self._started:
+            return self
+        try:
+            if self._want_grpc is not None:
+                self._start_grpc()
+            if self._want_http is not None:
+                self._start_http(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._started = True
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both servers; waits at most about ``timeout`` seconds."""
+        self._started = False
+        server, self._grpc_server = self._grpc_server, None
+        if server is not None:
+            server.stop(grace=min(1.0, timeout)).wait(timeout)
+        loop, runner, thread = self._loop, self._runner, self._thread
+        self._loop = self._runner = self._thread = None
+        if loop is not None and thread is not None and thread.is_alive():
+            if runner is not None:
+                try:
+                    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout)
+                except Exception:
+                    pass
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout)
+        for pool in (self._pool, self._grpc_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._grpc_pool = None
+
+    def __enter__(self) -> "OTLPReceiver":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ the shared core
+
+    def _count(self, transport: str, signal: str) -> None:
+        with self._lock:
+            self._requests[(transport, signal)] += 1
+
+    def _count_rejected(self, message: str) -> None:
+        with self._lock:
+            self._rejected += 1
+            self._last_error = message
+
+    def _deliver(self, signal: str, rows: list) -> tuple[int, str]:
+        """Hand rows to the sink; returns (rows rejected, error message) for a partial success."""
+        if not rows:
+            return 0, ""
+        try:
+            self._sink(signal, rows)
+        except Exception as e:
+            msg = f"sink failed on {len(rows)} {signal} rows: {type(e).__name__}: {e}"
+            with self._lock:
+                self._sink_errors += 1
+                self._last_error = msg
+            return len(rows), msg
+        return 0, ""
+
+    def _response(self, signal: str, rejected: int, message: str) -> Any:
+        resp = self._responses[signal]()
+        if rejected:
+            ps = resp.partial_success
+            setattr(ps, _SERVICES[signal][1], rejected)
+            ps.error_message = message
+        return resp
+
+    # ------------------------------------------------------------------ gRPC
+
+    def _start_grpc(self) -> None:
+        import grpc
+
+        self._grpc_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._grpc_workers, thread_name_prefix="evlog-otlp-grpc"
+        )
+        self._grpc_server = grpc.server(
+            self._grpc_pool,
+            handlers=[self._grpc_handler(signal) for signal in SIGNALS],
+            options=[
+                ("grpc.max_receive_message_length", self.max_body),
+                ("grpc.so_reuseport", 0),  # a taken port must fail, not be silently shared
+            ],
+        )
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        try:
+            port = self._grpc_server.add_insecure_port(f"{host}:{self._want_grpc}")
+        except RuntimeError as e:
+            raise OSError(f"cannot listen for OTLP/gRPC on {self.host}:{self._want_grpc}: {e}") from None
+        if not port:
+            raise OSError(f"cannot listen for OTLP/gRPC on {self.host}:{self._want_grpc}")
+        self._grpc_port = port
+        self._grpc_server.start()
+
+    def _grpc_handler(self, signal: str) -> Any:
+        import grpc
+
+        def export(body: bytes, context: Any) -> bytes:
+            self._count("grpc", signal)
+            failure = self._take_failure()
+            if failure is not None:
+                self._count_rejected(failure[2])
+                context.abort(getattr(grpc.StatusCode, failure[1]), failure[2])
+            try:
+                rows = decode_proto(signal, body)
+            except DecodeError as e:
+                self._count_rejected(str(e))
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            rejected, message = self._deliver(signal, rows)
+            return self._response(signal, rejected, message).SerializeToString()
+
+        # no request_deserializer: the method gets the raw bytes and parses them itself
+        method = grpc.unary_unary_rpc_method_handler(export)
+        return grpc.method_handlers_generic_handler(_SERVICES[signal][0], {"Export": method})
+
+    # ------------------------------------------------------------------ HTTP
+
+    def build_app(self, extra_routes: Any = None) -> Any:
+        """The aiohttp application: the three OTLP/HTTP export routes, plus ``extra_routes``
+        (an iterable of aiohttp route definitions, or a callable that gets the app)."""
+        from aiohttp import web
+
+        # the size limit is enforced by the export handler itself (raw and decompressed)
+        app = web.Application(client_max_size=self.max_body)
+        for signal in SIGNALS:
+            app.router.add_post(f"/v1/{signal}", self._http_handler(signal))
+        if extra_routes is not None:
+            if callable(extra_routes):
+                extra_routes(app)
+            else:
+                app.router.add_routes(list(extra_routes))
+        return app
+
+    def _http_handler(self, signal: str) -> Callable:
+        async def handler(request: Any) -> Any:
+            return await self._http_export(signal, request)
+
+        handler.__name__ = f"otlp_http_{signal}"
+        return handler
+
+    async def _http_export(self, signal: str, request: Any) -> Any:
+        from aiohttp import web
+
+        self._count("http", signal)
+        ctype = request.content_type
+        fmt = "json" if ctype == _JSON else "proto"
+        try:
+            if ctype not in (_PROTOBUF, _JSON):
+                raise _Reject(415, "INVALID_ARGUMENT",
+                              f"unsupported Content-Type {ctype!r} (use {_PROTOBUF} or {_JSON})")
+            encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("identity", "", "gzip", "deflate"):
+                raise _Reject(415, "INVALID_ARGUMENT", f"unsupported Content-Encoding {encoding!r}")
+            if request.content_length is not None and request.content_length > self.max_body:
+                raise _Reject(413, "RESOURCE_EXHAUSTED",
+                              f"body of {request.content_length} bytes is over the {self.max_body} limit")
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise _Reject(413, "RESOURCE_EXHAUSTED", f"body is over the {self.max_body} bytes limit") from None
+            failure = self._take_failure()
+            if failure is not None:
+                raise _Reject(failure[0], failure[1], failure[2])
+            loop = asyncio.get_running_loop()
+            payload = await loop.run_in_executor(self._pool, self._http_process, signal, fmt, encoding, body)
+        except _Reject as r:
+            self._count_rejected(r.message)
+            return self._http_status(r, fmt)
+        return web.Response(body=payload, status=200, content_type=_JSON if fmt == "json" else _PROTOBUF)
+
+    def _http_process(self, signal: str, fmt: str, encoding: str, body: bytes) -> bytes:
+        """Off the event loop: decompress, decode, deliver; returns the response body."""
+        if encoding in ("gzip", "deflate"):
+            body = self._decompress(body, encoding)
+        if fmt == "json":
+            try:
+                request = json.loads(body)
+            except (ValueError, UnicodeDecodeError) as e:
+                raise _Reject(400, "INVALID_ARGUMENT", f"malformed JSON body: {e}") from None
+            try:
+                rows = decode(signal, request)
+            except DecodeError as e:
+                raise _Reject(400, "INVALID_ARGUMENT", str(e)) from None
+        else:
+            try:
+                rows = decode_proto(signal, body)
+            except DecodeError as e:
+                raise _Reject(400, "INVALID_ARGUMENT", str(e)) from None
+        rejected, message = self._deliver(signal, rows)
+        resp = self._response(signal, rejected, message)
+        if fmt == "json":
+            if not rejected:
+                return b"{}"
+            key = {"traces": "rejectedSpans", "logs": "rejectedLogRecords", "metrics": "rejectedDataPoints"}[signal]
+            return json.dumps({"partialSuccess": {key: str(rejected), "errorMessage": message}}).encode()
+        return resp.SerializeToString()
+
+    def _decompress(self, body: bytes, encoding: str) -> bytes:
+        # gzip header for gzip; zlib or raw deflate for "deflate", as clients disagree on it
+        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else (
+            zlib.MAX_WBITS if body[:1] == b"\x78" else -zlib.MAX_WBITS)
+        d = zlib.decompressobj(wbits)
+        try:
+            out = d.decompress(body, self.max_body + 1)
+            if len(out) > self.max_body:
+                raise _Reject(413, "RESOURCE_EXHAUSTED",
+                              f"decompressed body is over the {self.max_body} bytes limit")
+            if not d.eof:
+                raise _Reject(400, "INVALID_ARGUMENT", f"truncated {encoding} body")
+        except zlib.error as e:
+            raise _Reject(400, "INVALID_ARGUMENT", f"malformed {encoding} body: {e}") from None
+        return out
+
+    def _http_status(self, r: _Reject, fmt: str) -> Any:
+        import grpc
+        from aiohttp import web
+        from google.rpc import status_pb2
+
+        code = getattr(grpc.StatusCode, r.code, grpc.StatusCode.UNKNOWN).value[0]
+        if fmt == "json":
+            body = json.dumps({"code": code, "message": r.message}).encode()
+            return web.Response(body=body, status=r.status, content_type=_JSON)
+        body = status_pb2.Status(code=code, message=r.message).SerializeToString()
+        return web.Response(body=body, status=r.status, content_type=_PROTOBUF)
+
+    def _start_http(self, timeout: float) -> None:
+        from aiohttp import web
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.create_server((self.host, self._want_http), family=family, backlog=128)
+        self._http_port = sock.getsockname()[1]
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="evlog-otlp-http")
+        app = self.build_app(self._extra_routes)
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        error: list[BaseException] = []
+
+        async def serve() -> None:
+            runner = web.AppRunner(app, access_log=None, auto_decompress=False, shutdown_timeout=1.0)
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
+            self._runner = runner
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(serve())
+            except BaseException as e:  # reported to start()
+                error.append(e)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=run, name="evlog-otlp-http", daemon=True)
+        self._thread.start()
+        if not ready.wait(timeout):
+            sock.close()
+            raise OSError(f"OTLP/HTTP server did not start within {timeout} s")
+        if error:
+            sock.close()
+            raise error[0]
