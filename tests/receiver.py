@@ -1,0 +1,98 @@
+"""The tests' OTLP receiver: a real evlog.viewer.receiver.OTLPReceiver on loopback (gRPC and HTTP)
+that keeps every decoded row in memory, plus the OTEL_* variables that point exporters at it.
+
+    r = CollectingReceiver().start()
+    env = {**os.environ, **r.env("grpc")}            # or r.env("http/protobuf")
+    ... run something under evlog-instrument with env ...
+    r.wait_for(lambda: any(s["name"] == "futures.task inc" for s in r.spans()))
+    r.stop()
+
+Rows are those of evlog.viewer.otlp_decode (span, log and metric point dicts).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from evlog.viewer.receiver import OTLPReceiver
+
+PROTOCOLS = ("grpc", "http/protobuf", "http/json")
+
+
+class CollectingReceiver(OTLPReceiver):
+    """An OTLPReceiver whose sink keeps all rows, thread-safe, with bounded waits."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(self._collect, **kwargs)
+        self._cond = threading.Condition(threading.RLock())
+        self._rows: dict[str, list] = {"traces": [], "logs": [], "metrics": []}
+
+    def _collect(self, signal: str, rows: list) -> None:
+        with self._cond:
+            self._rows[signal].extend(rows)
+            self._cond.notify_all()
+
+    def spans(self) -> list[dict]:
+        with self._cond:
+            return list(self._rows["traces"])
+
+    def logs(self) -> list[dict]:
+        with self._cond:
+            return list(self._rows["logs"])
+
+    def metrics(self) -> list[dict]:
+        with self._cond:
+            return list(self._rows["metrics"])
+
+    def clear(self) -> None:
+        with self._cond:
+            for rows in self._rows.values():
+                rows.clear()
+
+    def wait_for(self, pred: Callable[[], Any], timeout: float = 30.0) -> Any:
+        """Wait until ``pred()`` is truthy (re-checked whenever rows arrive, and at least every
+        0.2 s); returns its value. On timeout raises AssertionError showing what arrived."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                result = pred()
+                if result:
+                    return result
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"receiver: condition not met within {timeout} s; {self.describe()}")
+                self._cond.wait(min(left, 0.2))
+
+    def describe(self, limit: int = 20) -> str:
+        """A short account of what arrived, for failure messages."""
+        with self._cond:
+            spans, logs, metrics = self._rows["traces"], self._rows["logs"], self._rows["metrics"]
+            span_names = sorted({s["name"] for s in spans})
+            events = sorted({r["event_name"] or "(log)" for r in logs})
+            metric_names = sorted({m["name"] for m in metrics})
+        stats = self.stats()
+        return (
+            f"{len(spans)} spans {span_names[:limit]}, {len(logs)} logs {events[:limit]}, "
+            f"{len(metrics)} metric points {metric_names[:limit]}; requests {stats['requests']}, "
+            f"rejected {stats['rejected']}, sink errors {stats['sink_errors']}"
+            + (f", last error: {stats['last_error']}" if stats["last_error"] else "")
+        )
+
+    def env(self, protocol: str = "grpc") -> dict[str, str]:
+        """OTEL_* variables that send all three signals here with short export delays."""
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        endpoint = self.grpc_endpoint if protocol == "grpc" else self.http_endpoint
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "OTEL_TRACES_EXPORTER": "otlp",
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_LOGS_EXPORTER": "otlp",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "OTEL_BLRP_SCHEDULE_DELAY": "100",
+            "OTEL_METRIC_EXPORT_INTERVAL": "200",
+        }
