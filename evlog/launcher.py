@@ -1,22 +1,16 @@
 """evlog-instrument COMMAND [ARGS...]: run COMMAND with evlog set up in it and in every Python child.
 
-The launcher stays a small supervisor: it validates the settings once for the whole run (children stay
-quiet), creates the run folder, puts evlog's sitecustomize first on PYTHONPATH, starts COMMAND,
-forwards signals to it, passes its exit status through, and prints the one-paragraph summary.
-It does not import the OTel SDK itself.
+The launcher is a small supervisor and imports almost nothing (every run pays its start-up): it puts
+evlog's sitecustomize first on PYTHONPATH, marks the run (EVLOG_RUN_ID) and its owner (the launched
+process's pid, EVLOG_OWNER_PID), forks and execs COMMAND, forwards signals, passes the exit status
+through and prints the summary. The owner, once it is a Python process, prepares the run (evlog/run.py);
+for a command that is not Python (a shell script, ...) the launcher prepares it itself.
 """
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import re
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
-import uuid
 
 USAGE = """usage: evlog-instrument COMMAND [ARGS...]
 
@@ -32,121 +26,53 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, sign
 def service_from_command(argv: list[str]) -> str:
     """The script's name: `python app.py` -> app, `python -m pkg.mod` -> pkg.mod, `dask worker` -> dask."""
     exe = os.path.basename(argv[0])
-    if re.match(r"^python[0-9.]*$", exe) or exe == "pypy3":
-        args = argv[1:]
-        i = 0
-        while i < len(args):
-            a = args[i]
-            if a == "-m" and i + 1 < len(args):
-                return args[i + 1]
-            if a.startswith("-m") and len(a) > 2:
-                return a[2:]
-            if a == "-c" or a.startswith("-c"):
-                return "python"
-            if a in ("-W", "-X", "-Q") and i + 1 < len(args):
-                i += 2
-                continue
-            if a.startswith("-"):
-                i += 1
-                continue
-            base = os.path.basename(a)
-            return base[:-3] if base.endswith(".py") else base or "python"
-        return "python"
-    return exe
-
-
-def default_run_dir(cwd: str, service: str | None = None) -> str:
-    """./evlog-runs/<UTC time>-<service>/, made unique, created readable by the user alone."""
-    from evlog.bootstrap.sdk import service_name
-
-    service = re.sub(r"[^A-Za-z0-9_.-]+", "_", service or service_name()) or "run"
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = os.path.join(cwd, "evlog-runs")
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    for n in range(1000):
-        path = os.path.join(base, f"{stamp}-{service}" + (f"-{n + 1}" if n else ""))
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
+    if not _python_name(exe):
+        return exe
+    args = argv[1:]
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("-m") and len(a) > 2:
+            return a[2:]
+        if a.startswith("-c"):
+            return "python"
+        if a in ("-W", "-X") and i + 1 < len(args):
+            i += 2
             continue
-    return tempfile.mkdtemp(prefix=f"{stamp}-{service}-", dir=base)
+        if a.startswith("-"):
+            i += 1
+            continue
+        base = os.path.basename(a)
+        return (base[:-3] if base.endswith(".py") else base) or "python"
+    return "python"
 
 
-def prepare_env(argv: list[str], env: dict) -> tuple[dict, object, str | None]:
-    """The child's environment; the validated settings; the stats file (None when nested)."""
-    from evlog import config
+def _python_name(name: str) -> bool:
+    return name.startswith(("python", "pypy")) and all(c.isdigit() or c == "." for c in name.lstrip("pythonpy"))
 
-    env = dict(env)
-    if env.get("EVLOG_RUN_ID"):  # nested evlog-instrument: join the outer run, print nothing
-        return env, config.load(env), None
-    settings = config.load(env)
-    for p in settings.problems:
-        sys.stderr.write(f"evlog: {p}\n")
-    env["EVLOG_CONFIG_REPORTED"] = "1"
-    env["EVLOG_RUN_ID"] = uuid.uuid4().hex
-    env.setdefault("EVLOG_SERVICE_NAME", service_from_command(argv))
-    if settings.exporters.embedded and not settings.sdk_disabled:
-        run_dir = settings.run_dir
-        try:
-            if run_dir:
-                os.makedirs(run_dir, mode=0o700, exist_ok=True)
-            else:
-                run_dir = default_run_dir(os.getcwd(), env["EVLOG_SERVICE_NAME"])
-        except OSError as exc:
-            sys.stderr.write(f"evlog: cannot create the run folder {run_dir or './evlog-runs'}: {exc.strerror}; telemetry will be dropped\n")
-            run_dir = run_dir or os.path.join(os.getcwd(), "evlog-runs")
-        env["EVLOG_RUN_DIR"] = run_dir
-        settings = settings.with_overrides(run_dir=run_dir)
-    if settings.capture != "off":
-        env["EVLOG_CAPTURE_PENDING"] = "1"
+
+def _is_python(exe: str) -> bool:
+    """A Python interpreter, or a script whose #! line names one (torchrun, dask, ...)."""
+    if _python_name(os.path.basename(exe)):
+        return True
     try:
-        from evlog.bootstrap import others
-
-        found = others.scan()
-        if found:
-            env[others.ENV] = json.dumps(found)
-    except Exception:
-        pass
-    fd, stats_file = tempfile.mkstemp(prefix="evlog-stats-", suffix=".jsonl")
-    os.close(fd)
-    env["EVLOG_STATS_FILE"] = stats_file
-    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != SITE_DIR]
-    env["PYTHONPATH"] = os.pathsep.join([SITE_DIR] + path)
-    return env, settings, stats_file
+        with open(exe, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]
 
 
-def summary(settings, stats_file: str) -> str:
-    from evlog import stats
-    from evlog.exporters import select
-
-    rows = stats.read_all(stats_file)
-    total: dict[str, int] = {}
-    for r in rows:
-        for k, v in r.items():
-            if k not in ("pid", "time") and isinstance(v, int):
-                total[k] = total.get(k, 0) + v
-    spans = total.get("traces.exported", 0)
-    events = total.get("logs.exported", 0)
-    points = total.get("metrics.exported", 0)
-    procs = len({r.get("pid") for r in rows})
-    dropped = sum(v for k, v in total.items() if k.endswith(".failed") or k.startswith("dropped."))
-    where = select.describe(settings)
-    text = (
-        f"evlog: {spans:,} spans, {events:,} events and logs, {points:,} metric points "
-        f"from {procs} process{'es' if procs != 1 else ''} -> {where}"
-    )
-    if dropped:
-        text += f"; {dropped:,} dropped (could not be exported)"
-    if settings.exporters.embedded:
-        text += f"\nevlog: see them with: evlog view {_shell_path(settings.run_dir)}"
-    return text + "\n"
-
-
-def _shell_path(path: str) -> str:
-    rel = os.path.relpath(path)
-    p = rel if not rel.startswith("..") else path
-    return p if re.match(r"^[\w@%+=:,./-]+$", p) else "'" + p.replace("'", "'\\''") + "'"
+def _which(cmd: str, path: str | None) -> str | None:
+    if os.sep in cmd:
+        return cmd if os.path.exists(cmd) else None
+    for d in (path or os.defpath).split(os.pathsep):
+        p = os.path.join(d or ".", cmd)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,26 +85,48 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "--version":
         print("evlog-instrument 0.1.0")
         return 0
-    env, settings, stats_file = prepare_env(argv, dict(os.environ))
-    exe = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else argv[0]
-    try:
-        proc = subprocess.Popen([exe or argv[0]] + argv[1:], env=env)
-    except FileNotFoundError:
+    env = dict(os.environ)
+    path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != SITE_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([SITE_DIR] + path)
+    exe = _which(argv[0], env.get("PATH"))
+    if exe is None:
         sys.stderr.write(f"evlog-instrument: {argv[0]}: command not found\n")
-        _cleanup(stats_file)
         return 127
-    except PermissionError:
-        sys.stderr.write(f"evlog-instrument: {argv[0]}: permission denied\n")
-        _cleanup(stats_file)
-        return 126
-    except OSError as exc:
-        sys.stderr.write(f"evlog-instrument: {argv[0]}: {exc.strerror}\n")
-        _cleanup(stats_file)
-        return 126
+    stats_file = None
+    if not env.get("EVLOG_RUN_ID"):  # a nested evlog-instrument joins the outer run and says nothing
+        run_id = os.urandom(16).hex()
+        env["EVLOG_RUN_ID"] = run_id
+        env.setdefault("EVLOG_SERVICE_NAME", service_from_command(argv))
+        stats_file = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"evlog-stats-{run_id}.jsonl")
+        env["EVLOG_STATS_FILE"] = stats_file
+        if not _is_python(exe):
+            _prepare_here(env)
+    return _supervise(exe, argv, env, stats_file)
+
+
+def _prepare_here(env: dict) -> None:
+    """The command is not Python, so no owner process will prepare the run: do it here."""
+    from evlog import config, run
+
+    run.prepare(config.load(env), env, env["EVLOG_SERVICE_NAME"])
+
+
+def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
+    pid = os.fork()
+    if pid == 0:  # the child: becomes COMMAND, and owns the run under its own pid
+        try:
+            env["EVLOG_OWNER_PID"] = str(os.getpid())
+            os.execve(exe, argv, env)
+        except PermissionError:
+            os.write(2, f"evlog-instrument: {argv[0]}: permission denied\n".encode())
+            os._exit(126)
+        except OSError as exc:
+            os.write(2, f"evlog-instrument: {argv[0]}: {exc.strerror}\n".encode())
+            os._exit(126)
 
     def forward(signum, _frame):
         try:
-            proc.send_signal(signum)
+            os.kill(pid, signum)
         except OSError:
             pass
 
@@ -189,26 +137,25 @@ def main(argv: list[str] | None = None) -> int:
             pass
     while True:
         try:
-            code = proc.wait()
+            _, status = os.waitpid(pid, 0)
             break
+        except InterruptedError:
+            continue
         except KeyboardInterrupt:
             continue
+    code = os.waitstatus_to_exitcode(status)
     if stats_file:
-        if settings.summary and not settings.sdk_disabled:
-            try:
-                sys.stderr.write(summary(settings, stats_file))
-            except Exception as exc:
-                sys.stderr.write(f"evlog: no summary ({exc})\n")
-        _cleanup(stats_file)
-    return 128 - code if code < 0 else code
-
-
-def _cleanup(path: str | None) -> None:
-    if path:
         try:
-            os.unlink(path)
+            from evlog import run
+
+            sys.stderr.write(run.summary(stats_file))
+        except Exception as exc:
+            sys.stderr.write(f"evlog: no summary ({exc})\n")
+        try:
+            os.unlink(stats_file)
         except OSError:
             pass
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":

@@ -22,11 +22,15 @@ def reset() -> None:
 
 
 def write_process_line(path: str | None = None) -> None:
-    """Append this process's counters to the stats file in one write (O_APPEND: never torn)."""
+    """Append this process's counters to the stats file."""
     path = path or os.environ.get("EVLOG_STATS_FILE")
-    if not path:
-        return
-    line = json.dumps({"pid": os.getpid(), "time": time.time(), **counters}) + "\n"
+    if path:
+        append_line(path, {"pid": os.getpid(), "time": time.time(), **counters})
+
+
+def append_line(path: str, row: dict) -> None:
+    """One JSON line in one write (O_APPEND: never torn, whatever other processes do)."""
+    line = json.dumps(row) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -26,16 +26,26 @@ def start(settings: config.Settings | None = None, *, capture: bool | None = Non
 
 
 def _start(settings, capture) -> bool:
+    # The owner is the launched program's own process (same pid as the launcher's child).
+    owner = os.environ.get("EVLOG_OWNER_PID") == str(os.getpid())
+    if owner:
+        del os.environ["EVLOG_OWNER_PID"]  # children are not owners
     if settings is None:
         settings = config.load()
-    if settings.run_dir is None and settings.exporters.embedded and not settings.sdk_disabled:
-        from evlog import launcher
+    if owner and not os.environ.get("EVLOG_PREPARED"):
+        from evlog import run
 
-        settings = settings.with_overrides(run_dir=launcher.default_run_dir(os.getcwd()))
-    config.set_current(settings)
-    if not os.environ.get("EVLOG_CONFIG_REPORTED"):
+        settings = run.prepare(settings, os.environ, os.environ.get("EVLOG_SERVICE_NAME") or _service())
+    elif not os.environ.get("EVLOG_CONFIG_REPORTED"):
         for p in settings.problems:
             _report.warn_once(f"config-{p}", p)
+    if settings.run_dir is None and settings.exporters.embedded and not settings.sdk_disabled:
+        from evlog import run  # evlog.configure() or opentelemetry-instrument: this process makes the folder
+
+        run_dir = run.default_run_dir(os.getcwd(), _service())
+        os.environ["EVLOG_RUN_DIR"] = run_dir
+        settings = settings.with_overrides(run_dir=run_dir)
+    config.set_current(settings)
     if settings.sdk_disabled:
         return False
     from . import lifecycle, sdk
@@ -46,10 +56,15 @@ def _start(settings, capture) -> bool:
     _join_parent_trace()
     _instrument(settings)
     _install_consumers(settings)
-    owner = os.environ.pop("EVLOG_CAPTURE_PENDING", None) if capture is None else ("1" if capture else None)
-    if owner and settings.capture != "off":
+    if (owner if capture is None else capture) and settings.capture != "off":
         _install_console(settings)
     return True
+
+
+def _service() -> str:
+    from .sdk import service_name
+
+    return service_name()
 
 
 def _join_parent_trace() -> None:

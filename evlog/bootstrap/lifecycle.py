@@ -20,7 +20,9 @@ from evlog import _report, stats
 
 EXIT_TIMEOUT = float(os.environ.get("EVLOG_EXIT_TIMEOUT", "5") or 5)
 _before_flush: list = []
-_done_pid = -1
+_done_pid = -1  # the pid whose finish() has started (a forked child starts afresh)
+_finished = False
+_term_pending = False  # SIGTERM arrived while finish() was running: die by it once flushed
 _lock = threading.Lock()
 _real_exit = os._exit
 
@@ -56,26 +58,31 @@ def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
 
 def finish() -> None:
     """Flush and shut down once per process (idempotent), then write this process's stats line."""
-    global _done_pid
+    global _done_pid, _finished
     with _lock:
         if _done_pid == os.getpid():
             return
         _done_pid = os.getpid()
-    for fn in list(_before_flush):
-        try:
-            fn()
-        except Exception as exc:
-            _report.warn_once(f"before-flush-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
-    from evlog.exporters import select
+        _finished = False
+    try:
+        for fn in list(_before_flush):
+            try:
+                fn()
+            except Exception as exc:
+                _report.warn_once(f"before-flush-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
+        from evlog.exporters import select
 
-    timeout = 1.0 if select.any_failed() else EXIT_TIMEOUT
-    start = time.monotonic()
-    flushed = flush(timeout)
-    if not flushed:
-        stats.incr("exit.flush_timeouts")
-        _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
-    _shutdown(max(0.2, timeout - (time.monotonic() - start)))
-    stats.write_process_line()
+        timeout = 1.0 if select.any_failed() else EXIT_TIMEOUT
+        start = time.monotonic()
+        if not flush(timeout):
+            stats.incr("exit.flush_timeouts")
+            _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
+        _shutdown(max(0.2, timeout - (time.monotonic() - start)))
+        stats.write_process_line()
+    finally:
+        _finished = True
+        if _term_pending:
+            _die_by_sigterm()
 
 
 def _shutdown(timeout_s: float) -> None:
@@ -94,7 +101,15 @@ def _shutdown(timeout_s: float) -> None:
 
 
 def _on_sigterm(signum, frame):
+    global _term_pending
+    if _done_pid == os.getpid() and not _finished:
+        _term_pending = True  # already on the way out (e.g. a pool worker in os._exit): finish first
+        return
     finish()
+    _die_by_sigterm()
+
+
+def _die_by_sigterm():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
 
@@ -107,8 +122,9 @@ def _exit_after_fork(code):
 
 
 def _after_fork_in_child() -> None:
-    global _done_pid
+    global _done_pid, _term_pending
     _done_pid = -1
+    _term_pending = False
     os._exit = _exit_after_fork
 
 

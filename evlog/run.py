@@ -1,0 +1,117 @@
+"""One run of evlog-instrument: its folder, its stats file, its summary.
+
+The run is prepared once, by the process that owns it (the launched Python program itself, or the
+launcher when the command is not Python): settings problems are reported once, the run folder is
+created, other instrumentors are scanned, and all of it is published in the environment that every
+child inherits. The launcher stays light (no settings, no SDK, no metadata scan) so start-up is cheap.
+Each process appends its counters to the stats file at exit; the launcher sums them for the summary.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from evlog import stats
+
+
+def default_run_dir(cwd: str, service: str) -> str:
+    """./evlog-runs/<UTC time>-<service>/, made unique, created readable by the user alone."""
+    import time
+
+    service = re.sub(r"[^A-Za-z0-9_.-]+", "_", service) or "run"
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = os.path.join(cwd, "evlog-runs")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    n = 0
+    while True:
+        path = os.path.join(base, f"{stamp}-{service}" + (f"-{n + 1}" if n else ""))
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileExistsError:
+            n += 1
+
+
+def prepare(settings, environ, service: str):
+    """Report problems, create the run folder, scan instrumentors; publish in ``environ``. Returns settings."""
+    from evlog import _report
+
+    for p in settings.problems:
+        _report.warn_once(f"config-{p}", p)
+    environ["EVLOG_CONFIG_REPORTED"] = "1"
+    environ["EVLOG_PREPARED"] = "1"
+    if settings.exporters.embedded and not settings.sdk_disabled:
+        run_dir = settings.run_dir
+        try:
+            if run_dir:
+                os.makedirs(run_dir, mode=0o700, exist_ok=True)
+            else:
+                run_dir = default_run_dir(os.getcwd(), service)
+        except OSError as exc:
+            run_dir = run_dir or os.path.join(os.getcwd(), "evlog-runs")
+            _report.warn_once("run-dir", f"cannot create the run folder {run_dir}: {exc.strerror or exc}; telemetry will be dropped")
+        environ["EVLOG_RUN_DIR"] = run_dir
+        settings = settings.with_overrides(run_dir=run_dir)
+    try:
+        from evlog.bootstrap import others
+
+        found = others.scan()
+        if found:
+            environ[others.ENV] = json.dumps(found)
+    except Exception:
+        pass
+    write_info(settings, environ.get("EVLOG_STATS_FILE"))
+    return settings
+
+
+def write_info(settings, path: str | None) -> None:
+    """The run's description for the launcher's summary, as the stats file's info line."""
+    if not path:
+        return
+    from evlog.exporters import select
+
+    info = {
+        "info": True,
+        "summary": settings.summary and not settings.sdk_disabled,
+        "where": select.describe(settings),
+        "run_dir": settings.run_dir if settings.exporters.embedded else None,
+    }
+    stats.append_line(path, info)
+
+
+def summary(path: str) -> str:
+    """The one-paragraph summary from the stats file ('' when there is nothing to say)."""
+    rows = stats.read_all(path)
+    info = next((r for r in rows if r.get("info")), None)
+    if info is None or not info.get("summary"):
+        return ""
+    total: dict[str, int] = {}
+    pids = set()
+    for r in rows:
+        if r.get("info"):
+            continue
+        pids.add(r.get("pid"))
+        for k, v in r.items():
+            if k not in ("pid", "time") and isinstance(v, int):
+                total[k] = total.get(k, 0) + v
+    spans = total.get("traces.exported", 0)
+    events = total.get("logs.exported", 0)
+    points = total.get("metrics.exported", 0)
+    dropped = sum(v for k, v in total.items() if k.endswith(".failed") or k.startswith("dropped."))
+    n = len(pids)
+    text = (
+        f"evlog: {spans:,} spans, {events:,} events and logs, {points:,} metric points "
+        f"from {n} process{'es' if n != 1 else ''} -> {info.get('where')}"
+    )
+    if dropped:
+        text += f"; {dropped:,} dropped (could not be exported)"
+    if info.get("run_dir"):
+        text += f"\nevlog: see them with: evlog view {_shell_path(info['run_dir'])}"
+    return text + "\n"
+
+
+def _shell_path(path: str) -> str:
+    rel = os.path.relpath(path)
+    p = path if rel.startswith("..") else rel
+    return p if re.match(r"^[\w@%+=:,./-]+$", p) else "'" + p.replace("'", "'\\''") + "'"
