@@ -1,0 +1,428 @@
+"""`evlog`: view | serve | story | events | summary.
+
+- view [RUN_DIR]: the dashboard for a run folder (the newest under ./evlog-runs by default),
+  following it while the run goes on.
+- serve: an OTLP receiver (gRPC, HTTP protobuf and JSON) storing into SQLite, with the dashboard on
+  its HTTP port: what OTEL_EXPORTER_OTLP_ENDPOINT points at when there is no collector.
+- summary, story KEY, events [TOPIC]: read a run folder or a database (--db) and print.
+
+Exit codes: 0 done; 1 the data or the network said no (no such run folder, not an evlog database,
+port taken, unknown task key); 2 bad usage.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+from typing import Any
+
+DEFAULT_DB = "evlog.sqlite"
+RUNS = "evlog-runs"
+
+
+class CLIError(Exception):
+    """A clear message for the user; exit status 1."""
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(f"evlog: {text}\n")
+
+
+# -------------------------------------------------------------------------------------------------
+# opening what the user named
+
+
+def _open(args: argparse.Namespace):
+    """The Store for RUN_DIR or --db (a run folder is read into memory); problems go to stderr."""
+    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
+    from evlog.viewer.store import Store, StoreError
+
+    if getattr(args, "db", None):
+        if args.run_dir:
+            raise CLIError("give a run folder or --db, not both")
+        try:
+            return Store(args.db, create=False), args.db
+        except StoreError as e:
+            raise CLIError(str(e)) from None
+    try:
+        path = args.run_dir or newest_run(RUNS)
+        rf = RunFolder(path)
+        store = Store(None)
+        rf.load_into(store)
+    except RunFolderError as e:
+        raise CLIError(str(e)) from None
+    _report_problems(rf)
+    return store, rf.path
+
+
+def _report_problems(rf, start: int = 0) -> int:
+    for p in rf.problems[start:]:
+        _err(p)
+    shown = len(rf.problems)
+    if rf.problem_count > shown and start <= shown:
+        _err(f"... and {rf.problem_count - shown} more problems in {rf.path}")
+    return shown
+
+
+def _when(ns: int | None, date: bool = True) -> str:
+    if not ns:
+        return "-"
+    t = datetime.datetime.fromtimestamp(ns / 1e9, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f" if date else "%H:%M:%S.%f")[:-3]
+
+
+def _table(rows: list[list[str]], out=None) -> None:
+    out = out or sys.stdout
+    if not rows:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def _msg(body: Any) -> str:
+    if isinstance(body, str):
+        return body
+    return json.dumps(body, separators=(", ", ": "), default=str)
+
+
+# -------------------------------------------------------------------------------------------------
+# summary, story, events
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    store, where = _open(args)
+    s = store.summary()
+    if args.json:
+        print(json.dumps({"source": where, **s}))
+        return 0
+    span = ""
+    if s["start"] and s["end"]:
+        span = f"{_when(s['start'])} .. {_when(s['end'])} UTC ({(s['end'] - s['start']) / 1e9:,.3f} s)"
+    print(where)
+    for label, value, note in (
+        ("spans", s["spans"], f"({s['span_events']:,} span events, {s['tasks']:,} task keys)"),
+        ("events", s["events"], ""),
+        ("logs", s["logs"], ""),
+        ("metric points", s["metric_points"], ""),
+        ("processes", s["processes"], f"({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})"),
+        ("traces", s["traces"], ""),
+    ):
+        print(f"{label:<14}{value:>12,}  {note}".rstrip())
+    print(f"{'time range':<14}{span or '-':>12}")
+    return 0
+
+
+def cmd_story(args: argparse.Namespace) -> int:
+    store, where = _open(args)
+    story = store.story(args.key)
+    if args.json:
+        print(json.dumps(story, default=str))
+        return 0 if story else 1
+    if not story:
+        known = store.task_spans(key=args.key)
+        raise CLIError(f"no transitions recorded for task {args.key!r} in {where}"
+                       + (" (its spans have no events)" if known else ""))
+    rows = [["time (UTC)", "start", "finish", "stimulus", "worker", "process"]]
+    for e in story:
+        if e["start"] is None and e["finish"] is None:
+            rows.append([_when(e["time"]), f"[{e['event']}]", "", e["stimulus"] or "", e["worker"], e["process"]])
+        else:
+            rows.append([_when(e["time"]), str(e["start"]), str(e["finish"]), str(e["stimulus"] or ""),
+                         e["worker"], e["process"]])
+    _table(rows)
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    # one positional: a topic, unless it names an existing folder (then it is the run folder)
+    if args.topic and not args.run_dir and not args.db and os.path.isdir(args.topic):
+        args.run_dir, args.topic = args.topic, None
+    store, where = _open(args)
+    events = store.events(args.topic, limit=args.limit)
+    if args.json:
+        print(json.dumps([{"time": e["time"] / 1e9, "topic": e["topic"], "msg": e["body"],
+                           "process": e["process"]} for e in events], default=str))
+        return 0
+    if not events:
+        topics = ", ".join(t for t, _ in store.topics())
+        if args.topic:
+            _err(f"no events with topic {args.topic!r} in {where}" + (f" (topics: {topics})" if topics else ""))
+        else:
+            _err(f"no events in {where}")
+        return 0
+    _table([[_when(e["time"]), e["topic"], _msg(e["body"]), e["process"]] for e in events])
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------
+# view and serve
+
+
+def _check_host(host: str, token: str | None) -> None:
+    from evlog.viewer.server import is_loopback
+
+    if not is_loopback(host) and not token:
+        raise CLIError(f"--host {host} is not a loopback address: anyone who reaches it could read this "
+                       "telemetry. Give --token SECRET too (the dashboard will ask for it), or bind 127.0.0.1.")
+
+
+def _url(host: str, port: int) -> str:
+    h = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
+    if ":" in h and not h.startswith("["):
+        h = f"[{h}]"
+    return f"http://{h}:{port}/"
+
+
+def _wait_for_signal() -> None:
+    stop = threading.Event()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    _check_host(args.host, args.token)
+    try:
+        from evlog.viewer.receiver import OTLPReceiver
+        from evlog.viewer.server import Dashboard
+        from evlog.viewer.store import Ingestor, Store, StoreError
+    except ImportError as e:
+        raise CLIError(f"evlog serve needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    try:
+        store = Store(args.db)
+    except StoreError as e:
+        raise CLIError(str(e)) from None
+    ingestor = Ingestor(store)
+    box: dict = {}
+    dash = Dashboard(store, token=args.token, source=f"OTLP receiver, storing into {store.path}",
+                     extra_status=lambda: _receiver_status(box.get("r"), ingestor))
+    ingestor.listeners.append(dash.notify)
+    receiver = OTLPReceiver(ingestor.submit, host=args.host, grpc_port=args.grpc_port, http_port=args.http_port,
+                            max_body=args.max_body, extra_routes=dash.install)
+    box["r"] = receiver
+    try:
+        receiver.start()
+    except OSError as e:
+        ingestor.close()
+        store.close()
+        raise CLIError(f"cannot listen: {e}") from None
+    url = _url(args.host, receiver.http_port)
+    print(f"evlog serve: storing into {store.path}", flush=True)
+    print(f"evlog serve: OTLP/gRPC on {args.host}:{receiver.grpc_port}, OTLP/HTTP on {args.host}:{receiver.http_port}",
+          flush=True)
+    print(f"evlog serve: dashboard at {url}" + (" (it will ask for the token)" if args.token else ""), flush=True)
+    print(f"evlog serve: export with OTEL_EXPORTER_OTLP_ENDPOINT={receiver.grpc_endpoint} "
+          f"(or {receiver.http_endpoint} with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); Ctrl+C to stop",
+          flush=True)
+    try:
+        _wait_for_signal()
+    finally:
+        receiver.stop()
+        ingestor.close(timeout=30)
+        dash.close()
+        st = receiver.stats()
+        print(f"evlog serve: stopped; stored {ingestor.stored['traces']:,} spans, {ingestor.stored['logs']:,} "
+              f"log records, {ingestor.stored['metrics']:,} metric points; {st['rejected']:,} requests rejected",
+              flush=True)
+        store.close()
+    return 0
+
+
+def _receiver_status(receiver: Any, ingestor: Any) -> dict:
+    st = receiver.stats() if receiver is not None else {}
+    return {"requests": sum(st.get("requests", {}).values()), "rejected": st.get("rejected", 0),
+            "sink_errors": st.get("sink_errors", 0), "pending_rows": ingestor.pending(),
+            "refused_rows": ingestor.refused_rows, "write_errors": ingestor.write_errors}
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    _check_host(args.host, args.token)
+    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
+
+    try:
+        path = args.run_dir or newest_run(RUNS)
+        rf = RunFolder(path)
+    except RunFolderError as e:
+        raise CLIError(str(e)) from None
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError as e:
+        raise CLIError(f"evlog view needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    import asyncio
+
+    from evlog.viewer.server import Dashboard
+    from evlog.viewer.store import Ingestor, Store
+
+    tmp = tempfile.mkdtemp(prefix="evlog-view-")
+    store = Store(os.path.join(tmp, "view.sqlite"))
+    ingestor = Ingestor(store)
+    dash = Dashboard(store, token=args.token, source=f"run folder {rf.path}",
+                     extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count})
+    ingestor.listeners.append(dash.notify)
+    stop = threading.Event()
+
+    def follow() -> None:
+        shown = 0
+        while not stop.is_set():
+            batches: list = []
+            try:
+                batches = rf.poll()
+                for sig, rows in batches:
+                    ingestor.submit(sig, rows, timeout=None)
+                if rf.problems[shown:]:
+                    shown = _report_problems(rf, shown)
+            except Exception as e:  # the follower must not die silently: say why, keep going
+                _err(f"reading {rf.path}: {type(e).__name__}: {e}")
+            if not batches and not args.follow:
+                return
+            if not batches:
+                stop.wait(1.0)
+
+    follower = threading.Thread(target=follow, name="evlog-view-follow", daemon=True)
+    follower.start()
+
+    async def run() -> None:
+        from aiohttp import web
+
+        app = dash.make_app()
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, args.host, args.port)
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            raise CLIError(f"cannot listen on {args.host}:{args.port}: {e.strerror or e}") from None
+        port = runner.addresses[0][1] if runner.addresses else args.port
+        print(f"evlog view: {rf.path}", flush=True)
+        print(f"evlog view: dashboard at {_url(args.host, port)}"
+              + (" (it will ask for the token)" if args.token else "") + "; Ctrl+C to stop", flush=True)
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for s in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(s, done.set)
+        await done.wait()
+        await runner.cleanup()
+
+    try:
+        asyncio.run(run())
+    finally:
+        stop.set()
+        follower.join(5)
+        ingestor.close(timeout=5)
+        dash.close()
+        store.close()
+        for name in os.listdir(tmp):
+            try:
+                os.unlink(os.path.join(tmp, name))
+            except OSError:
+                pass
+        try:
+            os.rmdir(tmp)
+        except OSError:
+            pass
+    return 0
+
+
+# -------------------------------------------------------------------------------------------------
+# argparse
+
+
+def _port(v: str) -> int:
+    try:
+        p = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {v!r}") from None
+    if not 0 <= p <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range: {p}")
+    return p
+
+
+def _size(v: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = v.strip().lower().rstrip("b")
+    mult = units.get(s[-1:], 1)
+    try:
+        n = int(float(s[:-1] if s[-1:] in units else s) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {v!r} (e.g. 32M)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive: {v!r}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evlog", description="Look at what evlog recorded: a live dashboard, "
+                                "an OTLP receiver with SQLite storage, and task stories and events on the console.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def source(sp: argparse.ArgumentParser, run_dir: bool = True) -> None:
+        if run_dir:
+            sp.add_argument("run_dir", nargs="?", metavar="RUN_DIR",
+                            help="a run folder (default: the newest under ./evlog-runs)")
+        sp.add_argument("--db", metavar="PATH", help="read an `evlog serve` database instead of a run folder")
+        sp.add_argument("--json", action="store_true", help="print JSON")
+
+    v = sub.add_parser("view", help="serve the dashboard for a run folder")
+    v.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder (default: the newest under ./evlog-runs)")
+    v.add_argument("--port", type=_port, default=0, help="port (default: a free one; the URL is printed)")
+    v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    v.add_argument("--token", help="secret the page asks for; required with a non-loopback --host")
+    v.add_argument("--no-follow", dest="follow", action="store_false",
+                   help="read the folder once instead of following a run that is still writing")
+    v.set_defaults(fn=cmd_view)
+
+    s = sub.add_parser("serve", help="OTLP receiver storing into SQLite, with the dashboard")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--http-port", type=_port, default=4318, help="OTLP/HTTP and dashboard port (default 4318)")
+    s.add_argument("--grpc-port", type=_port, default=4317, help="OTLP/gRPC port (default 4317)")
+    s.add_argument("--db", default=DEFAULT_DB, metavar="PATH", help=f"SQLite file (default ./{DEFAULT_DB})")
+    s.add_argument("--token", help="secret the page asks for; required with a non-loopback --host")
+    s.add_argument("--max-body", type=_size, default=32 << 20, metavar="SIZE",
+                   help="largest export request accepted, e.g. 32M (default); larger gets 413")
+    s.set_defaults(fn=cmd_serve)
+
+    sm = sub.add_parser("summary", help="counts: spans, events, metric points, processes, traces, time range")
+    source(sm)
+    sm.set_defaults(fn=cmd_summary)
+
+    st = sub.add_parser("story", help="a task's transitions in time order, across processes")
+    st.add_argument("key", metavar="KEY", help="the task key")
+    source(st)
+    st.set_defaults(fn=cmd_story)
+
+    ev = sub.add_parser("events", help="events by topic (dask.log_event, evlog.log_event), oldest first")
+    ev.add_argument("topic", nargs="?", metavar="TOPIC", help="only this topic")
+    source(ev)
+    ev.add_argument("--limit", type=int, default=None, help="at most this many")
+    ev.set_defaults(fn=cmd_events)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except CLIError as e:
+        _err(str(e))
+        return 1
+    except BrokenPipeError:  # `evlog events | head`
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

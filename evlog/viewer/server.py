@@ -1,0 +1,635 @@
+"""The dashboard: an aiohttp app (page, JSON API, server-sent live updates, token check) over a Store.
+
+``Dashboard(store).install(app)`` adds its routes to an aiohttp app: the one `evlog serve` shares with
+the OTLP receiver, or the one `evlog view` runs alone. Every query runs in a small thread pool, so the
+event loop (which also takes OTLP/HTTP exports) never waits on SQLite; answers are cached per store
+version, so many open pages cost one query per change.
+
+The API shapes data for drawing: Gantt lanes per worker and thread (or time bins per lane when too
+many spans are in view, saying so), line-plot series aligned on one x array (downsampled past a
+limit), the task graph (grouped by task prefix when too large), and the console-metadata graphs with
+their x axis chosen by the rules of cluster-job-logging (``choose_x``).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import hmac
+import heapq
+import ipaddress
+import json
+import math
+import os
+import threading
+from typing import Any, Callable
+
+from .store import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, Store, dumps
+
+STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+
+MAX_BARS = 20_000          # Gantt bars sent as such; above, time bins per lane
+GANTT_BINS = 800           # bins per lane in the aggregated Gantt
+MAX_DAG_NODES = 1_500      # task graph drawn per task; above, per task prefix
+MAX_SERIES_POINTS = 1_500  # per line-plot series; above, averaged per time bucket
+MAX_METADATA = 20_000
+
+LINE_PLOTS = (
+    ("evlog.worker.saturation", "Worker saturation", "running tasks"),
+    ("system.cpu.load_average.1m", "CPU load average (1 min)", "runnable threads"),
+    ("evlog.memory.free_fraction", "Free memory", "% free"),
+    ("evlog.bytes.allocated", "Bytes allocated", "bytes"),
+    ("evlog.processor.saturation", "Processor saturation", "running tasks"),
+    ("evlog.event.saturation", "Event saturation", "events in flight"),
+)
+_ALWAYS_PLOTTED = 4  # the first four are drawn even when empty
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and "localhost"; anything else (names included) counts as exposed."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _finite(v: Any) -> Any:
+    """JSON for browsers: NaN and infinities become null."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _num(v: Any) -> float | None:
+    """A JSON number that can be plotted (bools are not numbers here)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _secs(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e9
+
+
+# -------------------------------------------------------------------------------------------------
+# console metadata: the x axis
+
+
+def choose_x(records: list[dict]) -> str | None:
+    """The x key of a metadata graph, after cluster-job-logging: "progress", else "epoch", else the
+    first in alphabetical order of: monotonically increasing integers, monotonically increasing
+    numbers, integers monotonic either way, numbers monotonic either way, any numbers. None: by time.
+
+    ``records`` are the metadata objects in time order. A key qualifies by the values it has where it
+    is numeric; "increasing" means never decreasing and not constant. A key is only chosen if some
+    other numeric key is left to plot against it.
+    """
+    values: dict[str, list[float]] = collections.defaultdict(list)
+    for r in records:
+        for k, v in r.items():
+            x = _num(v)
+            if x is not None:
+                values[k].append(x)
+    if len(values) < 2:
+        return None
+    for k in ("progress", "epoch"):
+        if k in values:
+            return k
+
+    def integer(vs: list[float]) -> bool:
+        return all(v.is_integer() for v in vs)
+
+    def increasing(vs: list[float]) -> bool:
+        return all(a <= b for a, b in zip(vs, vs[1:])) and vs[0] != vs[-1]
+
+    def decreasing(vs: list[float]) -> bool:
+        return all(a >= b for a, b in zip(vs, vs[1:])) and vs[0] != vs[-1]
+
+    rules = (
+        lambda vs: integer(vs) and increasing(vs),
+        increasing,
+        lambda vs: integer(vs) and (increasing(vs) or decreasing(vs)),
+        lambda vs: increasing(vs) or decreasing(vs),
+        lambda vs: True,
+    )
+    for rule in rules:
+        found = sorted(k for k, vs in values.items() if rule(vs))
+        if found:
+            return found[0]
+    return None
+
+
+def metadata_graphs(events: list[dict]) -> list[dict]:
+    """One graph per process that printed metadata: x key, x values, numeric series, newest rows."""
+    by_proc: dict[str, list[dict]] = collections.OrderedDict()
+    for e in events:
+        if isinstance(e["body"], dict):
+            by_proc.setdefault(e["process"], []).append(e)
+    graphs = []
+    for proc, evs in by_proc.items():
+        records = [e["body"] for e in evs]
+        xkey = choose_x(records)
+        keys = sorted({k for r in records for k, v in r.items() if _num(v) is not None and k != xkey})
+        rows = [e for e in evs if xkey is None or _num(e["body"].get(xkey)) is not None]
+        if xkey is not None:  # a graph by x: points in x order
+            rows.sort(key=lambda e: _num(e["body"][xkey]))
+        xs = [_num(e["body"][xkey]) if xkey else e["time"] / 1e9 for e in rows]
+        series = {k: [_num(e["body"].get(k)) for e in rows] for k in keys}
+        table = [{"time": e["time"] / 1e9, "body": _finite(e["body"])} for e in reversed(evs[-200:])]
+        graphs.append({"process": proc, "x": xkey, "xs": xs, "series": series, "table": table,
+                       "count": len(evs)})
+    return graphs
+
+
+# -------------------------------------------------------------------------------------------------
+# Gantt
+
+
+def _pack(rows: list[tuple]) -> list[int]:
+    """Sub-lane per bar so that bars in one sub-lane never overlap (rows sorted by start)."""
+    free: list[tuple[int, int]] = []  # (end, sub-lane)
+    used = 0
+    out = []
+    for r in rows:
+        start, end = r[1], r[2]
+        if free and free[0][0] <= start:
+            _, lane = heapq.heappop(free)
+        else:
+            lane = used
+            used += 1
+        heapq.heappush(free, (max(end, start), lane))
+        out.append(lane)
+    return out
+
+
+def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: float | None = None,
+          max_bars: int = MAX_BARS, bins: int = GANTT_BINS) -> dict:
+    cats = store.span_categories()
+    if cats.get(CAT_EXECUTION):
+        cat, what = CAT_EXECUTION, "task executions, per worker and thread"
+    elif cats.get(CAT_SCHED_TASK):
+        cat, what = CAT_SCHED_TASK, "scheduler task spans, per worker"
+    else:
+        cat, what = (CAT_OTHER if cats else None), "spans, per process and thread"
+    labels = {p["id"]: p["label"] for p in store.processes()}
+    ns0 = None if t0 is None else int(t0 * 1e9)
+    ns1 = None if t1 is None else int(t1 * 1e9)
+    rows = store.gantt_rows(cat, ns0, ns1)
+    groups: dict[tuple[str, str], list[tuple]] = collections.defaultdict(list)
+    for r in rows:
+        w = r[3] or labels.get(r[5], "?")
+        if worker and w != worker:
+            continue
+        groups[(w, r[4] or "")].append(r)
+    prefixes: dict[str, int] = {}
+    lanes: list[dict] = []
+    placed: list[tuple[int, tuple]] = []
+    for (w, thread) in sorted(groups):
+        g = groups[(w, thread)]
+        sub = _pack(g)
+        base = len(lanes)
+        for i in range(max(sub) + 1 if sub else 0):
+            lanes.append({"worker": w, "thread": thread, "sub": i})
+        placed.extend((base + s, r) for s, r in zip(sub, g))
+    total = len(placed)
+    lo = min((r[1] for _, r in placed), default=0)
+    hi = max((r[2] for _, r in placed), default=0)
+    if ns0 is not None:
+        lo = ns0
+    if ns1 is not None:
+        hi = ns1
+    out = {"what": what, "total": total, "lanes": lanes, "t0": lo / 1e9, "t1": hi / 1e9,
+           "workers": sorted({w for w, _ in groups})}
+    if total <= max_bars:
+        bars = []
+        for lane, r in placed:
+            p = prefixes.setdefault(r[6] or r[9], len(prefixes))
+            bars.append([r[1] / 1e9, r[2] / 1e9, lane, p, 1 if r[7] == "ERROR" else 0, r[0]])
+        out.update(mode="bars", bars=bars, prefixes=list(prefixes), shown=total, note="")
+        return out
+    # too many to draw one by one: per lane, the busy fraction of each time bin and its main prefix
+    width = max(hi - lo, 1) / bins
+    busy = [[0.0] * bins for _ in lanes]
+    errs = [[0] * bins for _ in lanes]
+    main: list[list[dict]] = [[{} for _ in range(bins)] for _ in lanes]
+    for lane, r in placed:
+        s, e = max(r[1], lo), min(max(r[2], r[1]), hi)
+        p = prefixes.setdefault(r[6] or r[9], len(prefixes))
+        b0 = min(int((s - lo) / width), bins - 1)
+        b1 = min(int((e - lo) / width), bins - 1)
+        row, m = busy[lane], main[lane]
+        for b in range(b0, b1 + 1):
+            left = lo + b * width
+            part = min(e, left + width) - max(s, left)
+            if part > 0:
+                row[b] += part / width
+                m[b][p] = m[b].get(p, 0) + part
+        if r[7] == "ERROR":
+            errs[lane][b0] = 1
+    out.update(
+        mode="aggregated", prefixes=list(prefixes), shown=0, bins=bins,
+        busy=[[round(min(x, 1.0), 3) for x in row] for row in busy],
+        main=[[max(d, key=d.get) if d else -1 for d in row] for row in main],
+        errors=errs,
+        note=(f"{total:,} spans in view: too many to draw one by one, so each lane shows how busy it was "
+              f"in {bins} time bins (colour: the main task prefix of the bin). Drag across the chart to "
+              f"zoom in; below {max_bars:,} spans every task is drawn."),
+    )
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# line plots
+
+
+def _downsample(points: list[tuple[float, float]], limit: int) -> list[tuple[float, float]]:
+    if len(points) <= limit:
+        return points
+    lo, hi = points[0][0], points[-1][0]
+    width = (hi - lo) / limit or 1.0
+    sums: dict[int, list[float]] = {}
+    for t, v in points:
+        b = min(int((t - lo) / width), limit - 1)
+        s = sums.get(b)
+        if s is None:
+            sums[b] = [t, v, 1]
+        else:
+            s[1] += v
+            s[2] += 1
+    return [(s[0], s[1] / s[2]) for _, s in sorted(sums.items())]
+
+
+def line_plot(store: Store, name: str, worker: str | None = None, limit: int = MAX_SERIES_POINTS) -> dict:
+    labels = {p["id"]: p["label"] for p in store.processes()}
+    per: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for proc, t, v in store.series(name):
+        label = labels.get(proc, "?")
+        if worker and label != worker:
+            continue
+        if v is None or not math.isfinite(v):
+            continue
+        per[label].append((t / 1e9, v))
+    downsampled = any(len(p) > limit for p in per.values())
+    per = {k: _downsample(v, limit) for k, v in per.items()}
+    xs = sorted({t for pts in per.values() for t, _ in pts})
+    index = {t: i for i, t in enumerate(xs)}
+    series = []
+    for label in sorted(per):
+        vals: list[float | None] = [None] * len(xs)
+        for t, v in per[label]:
+            vals[index[t]] = v
+        series.append({"label": label, "values": vals})
+    return {"name": name, "x": xs, "series": series, "downsampled": downsampled,
+            "note": f"averaged to at most {limit:,} points per series" if downsampled else ""}
+
+
+# -------------------------------------------------------------------------------------------------
+# task graph
+
+
+def task_graph(store: Store, worker: str | None = None, max_nodes: int = MAX_DAG_NODES) -> dict:
+    rows = store.dependencies()
+    if len(rows) > max_nodes:
+        return _prefix_graph(rows, max_nodes)
+    index: dict[str, int] = {}
+    nodes = []
+    for key, prefix, status, w, _deps in rows:
+        if key in index:
+            continue
+        index[key] = len(nodes)
+        nodes.append({"key": key, "prefix": prefix or "", "error": status == "ERROR", "worker": w or ""})
+    edges = set()
+    for key, _p, _s, _w, deps in rows:
+        for d in _dep_list(deps):
+            if d in index and key in index:
+                edges.add((index[d], index[key]))
+    return {"mode": "tasks", "nodes": nodes, "edges": sorted(edges), "note": "",
+            "selected_worker": worker or ""}
+
+
+def _dep_list(deps: Any) -> list[str]:
+    if not deps:
+        return []
+    if isinstance(deps, str):
+        try:
+            deps = json.loads(deps)
+        except ValueError:
+            return [deps]
+    if isinstance(deps, list):
+        return [str(d) for d in deps]
+    return [str(deps)]
+
+
+def _prefix_graph(rows: list[tuple], max_nodes: int) -> dict:
+    prefix_of: dict[str, str] = {}
+    counts: collections.Counter = collections.Counter()
+    errors: collections.Counter = collections.Counter()
+    for key, prefix, status, _w, _d in rows:
+        p = prefix or key
+        prefix_of[key] = p
+        counts[p] += 1
+        if status == "ERROR":
+            errors[p] += 1
+    names = [p for p, _ in counts.most_common(max_nodes)]
+    index = {p: i for i, p in enumerate(names)}
+    edges: collections.Counter = collections.Counter()
+    for key, _p, _s, _w, deps in rows:
+        b = index.get(prefix_of[key])
+        for d in _dep_list(deps):
+            a = index.get(prefix_of.get(d, ""))
+            if a is not None and b is not None and a != b:
+                edges[(a, b)] += 1
+    nodes = [{"key": p, "prefix": p, "count": counts[p], "error": bool(errors[p]), "worker": ""} for p in names]
+    return {"mode": "prefixes", "nodes": nodes, "edges": [[a, b, n] for (a, b), n in sorted(edges.items())],
+            "note": (f"{len(rows):,} tasks: too many to draw one by one, so the graph shows one node per task "
+                     f"prefix (with its task count) and the dependencies between prefixes.")}
+
+
+# -------------------------------------------------------------------------------------------------
+# one task
+
+
+def task_detail(store: Store, key: str | None = None, row_id: int | None = None) -> dict:
+    span = None
+    if row_id is not None:
+        span = store.span_by_id(row_id)
+        if span is None:
+            return {"found": False, "error": f"no span {row_id}"}
+        key = span["task_key"] or None
+    spans = store.task_spans(key=key) if key is not None else ([span] if span else [])
+    if not spans:
+        return {"found": False, "error": f"no task {key!r}"}
+    story = store.story(key) if key is not None else [
+        {"time": e.get("time", 0), "event": e.get("name", ""), "start": None, "finish": None, "stimulus": None,
+         "worker": spans[0]["worker"], "process": spans[0]["process"], "span": spans[0]["name"]}
+        for e in spans[0]["events"]]
+    logs = store.span_logs([s["span_id"] for s in spans], key=key)
+    for s in spans:
+        s.pop("events", None)
+        s["start"] /= 1e9
+        s["end"] /= 1e9
+    for e in story:
+        e["time"] /= 1e9
+    for e in logs:
+        e["time"] /= 1e9
+    return _finite({"found": True, "key": key, "spans": spans, "story": story, "events": logs})
+
+
+# -------------------------------------------------------------------------------------------------
+# the aiohttp side
+
+
+class Dashboard:
+    """Routes, API, live updates and token check over one Store.
+
+    ``source``: what the page says it shows (a run folder, or "OTLP receiver on ...").
+    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters).
+    """
+
+    def __init__(self, store: Store, *, token: str | None = None, source: str = "",
+                 extra_status: Callable[[], dict] | None = None, workers: int = 2):
+        self.store = store
+        self.token = token or None
+        self.source = source
+        self.extra_status = extra_status
+        self.version = store.version
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evlog-dash")
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: set[asyncio.Event] = set()
+        self._closing = False
+
+    # ---- live updates
+
+    def notify(self, version: int | None = None) -> None:
+        """New data is stored (any thread): wake the live-update streams."""
+        self.version = self.store.version if version is None else version
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:
+                pass
+
+    def _wake(self) -> None:
+        for ev in list(self._waiters):
+            ev.set()
+
+    # ---- installing
+
+    def install(self, app: Any) -> None:
+        from aiohttp import web
+
+        app.middlewares.append(self._auth_middleware())
+        app.router.add_get("/", self._index)
+        app.router.add_static("/static/", STATIC_DIR, show_index=False)
+        for path, fn in (
+            ("/api/overview", self._overview), ("/api/gantt", self._gantt), ("/api/plots", self._plots),
+            ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
+            ("/api/metadata", self._metadata), ("/api/stream", self._stream),
+        ):
+            app.router.add_get(path, fn)
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+        del web
+
+    def make_app(self) -> Any:
+        from aiohttp import web
+
+        app = web.Application()
+        self.install(app)
+        return app
+
+    async def _on_startup(self, app: Any) -> None:
+        self._loop = asyncio.get_running_loop()
+
+    async def _on_shutdown(self, app: Any) -> None:
+        self._closing = True
+        self._wake()
+
+    def close(self) -> None:
+        self._closing = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _auth_middleware(self) -> Any:
+        from aiohttp import web
+
+        @web.middleware
+        async def auth(request: Any, handler: Any) -> Any:
+            if self.token and request.path.startswith("/api/"):
+                given = request.query.get("token") or ""
+                h = request.headers.get("Authorization", "")
+                if h.lower().startswith("bearer "):
+                    given = h[7:].strip()
+                if not hmac.compare_digest(given.encode(), self.token.encode()):
+                    return web.json_response({"error": "token required", "token_required": True}, status=401)
+            return await handler(request)
+
+        return auth
+
+    # ---- helpers
+
+    async def _run(self, key: tuple, fn: Callable, *args: Any) -> Any:
+        """Run a query off the event loop; answers are reused until the store changes."""
+        version = self.store.version
+        ck = (key, version)
+        with self._cache_lock:
+            if ck in self._cache:
+                self._cache.move_to_end(ck)
+                return self._cache[ck]
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._pool, fn, *args)
+        with self._cache_lock:
+            self._cache[ck] = result
+            while len(self._cache) > 64:
+                self._cache.popitem(last=False)
+        return result
+
+    def _json(self, data: Any, status: int = 200) -> Any:
+        from aiohttp import web
+
+        return web.Response(text=dumps(data), status=status, content_type="application/json",
+                            headers={"Cache-Control": "no-store"})
+
+    @staticmethod
+    def _float(request: Any, name: str) -> float | None:
+        v = request.query.get(name)
+        if v in (None, ""):
+            return None
+        try:
+            x = float(v)
+        except ValueError:
+            return None
+        return x if math.isfinite(x) else None
+
+    # ---- routes
+
+    async def _index(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.FileResponse(os.path.join(STATIC_DIR, "index.html"), headers={"Cache-Control": "no-store"})
+
+    def _overview_now(self) -> dict:
+        s = self.store
+        summary = s.summary()
+        for k in ("start", "end"):
+            summary[k] = _secs(summary[k])
+        procs = s.processes()
+        names = {n for n, _u, _c in s.metric_names()}
+        return {
+            "source": self.source, "version": s.version, "summary": summary,
+            "workers": sorted({p["label"] for p in procs}),
+            "processes": procs,
+            "topics": [{"topic": t, "count": n} for t, n in s.topics()],
+            "plots": [{"name": n, "title": t, "unit": u} for i, (n, t, u) in enumerate(LINE_PLOTS)
+                      if i < _ALWAYS_PLOTTED or n in names],
+            "has_metadata": bool(s.named_events("evlog.metadata", limit=1)),
+        }
+
+    async def _overview(self, request: Any) -> Any:
+        data = await self._run(("overview",), self._overview_now)
+        if self.extra_status is not None:
+            try:
+                data = {**data, "receiver": self.extra_status()}
+            except Exception:
+                pass
+        return self._json(data)
+
+    async def _gantt(self, request: Any) -> Any:
+        worker = request.query.get("worker") or None
+        t0, t1 = self._float(request, "t0"), self._float(request, "t1")
+        data = await self._run(("gantt", worker, t0, t1), gantt, self.store, worker, t0, t1)
+        return self._json(data)
+
+    async def _plots(self, request: Any) -> Any:
+        worker = request.query.get("worker") or None
+
+        def all_plots() -> list[dict]:
+            names = {n for n, _u, _c in self.store.metric_names()}
+            out = []
+            for i, (name, title, unit) in enumerate(LINE_PLOTS):
+                if i < _ALWAYS_PLOTTED or name in names:
+                    out.append({**line_plot(self.store, name, worker), "title": title, "unit": unit})
+            return out
+
+        return self._json(await self._run(("plots", worker), all_plots))
+
+    async def _dag(self, request: Any) -> Any:
+        worker = request.query.get("worker") or None
+        return self._json(await self._run(("dag", worker), task_graph, self.store, worker))
+
+    async def _task(self, request: Any) -> Any:
+        key = request.query.get("key")
+        row_id = request.query.get("id")
+        rid = None
+        if row_id:
+            try:
+                rid = int(row_id)
+            except ValueError:
+                return self._json({"found": False, "error": "id must be an integer"}, 400)
+        if key is None and rid is None:
+            return self._json({"found": False, "error": "give key or id"}, 400)
+        data = await self._run(("task", key, rid), task_detail, self.store, key, rid)
+        return self._json(data, 200 if data.get("found") else 404)
+
+    async def _events(self, request: Any) -> Any:
+        topic = request.query.get("topic") or None
+        try:
+            limit = max(1, min(int(request.query.get("limit", "500")), 10_000))
+        except ValueError:
+            limit = 500
+
+        def events() -> dict:
+            evs = self.store.events(topic, limit=limit, newest_first=True)
+            for e in evs:
+                e["time"] /= 1e9
+            return _finite({"topic": topic, "events": evs,
+                            "topics": [{"topic": t, "count": n} for t, n in self.store.topics()]})
+
+        return self._json(await self._run(("events", topic, limit), events))
+
+    async def _metadata(self, request: Any) -> Any:
+        def graphs() -> dict:
+            evs = self.store.named_events("evlog.metadata", limit=MAX_METADATA)
+            return {"graphs": metadata_graphs(evs)}
+
+        return self._json(await self._run(("metadata",), graphs))
+
+    async def _stream(self, request: Any) -> Any:
+        """Server-sent events: one ``update`` per store change (at most two a second), a comment
+        every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser to
+        reconnect after 5 s if the server goes away."""
+        from aiohttp import web
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        ev = asyncio.Event()
+        self._waiters.add(ev)
+        sent = None
+        try:
+            await resp.write(b"retry: 5000\n\n")
+            while not self._closing:
+                ev.clear()  # before reading the version: a change after this line sets it again
+                v = self.store.version
+                if v != sent:
+                    await resp.write(f"event: update\ndata: {json.dumps({'version': v})}\n\n".encode())
+                    sent = v
+                    await asyncio.sleep(0.5)  # pacing: at most two updates a second per page
+                    continue
+                try:
+                    await asyncio.wait_for(ev.wait(), 15)
+                except asyncio.TimeoutError:
+                    await resp.write(b": ping\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self._waiters.discard(ev)
+        return resp

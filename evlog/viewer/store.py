@@ -1,0 +1,584 @@
+"""The SQLite store behind `evlog serve`, `evlog view` and the CLI: schema, batched ingestion, queries.
+
+One file holds spans, log records (events) and metric points from any number of processes and
+hosts, each row tied to its process (one row per OTLP resource). WAL mode, so the dashboard and the
+CLI read while the writer writes, and the data survives a restart of the server. Rows arrive as the
+flat dicts of ``otlp_decode``; ``Ingestor`` queues them and one writer thread stores them in large
+transactions, so an exporter never waits on a query or on a per-row commit.
+
+Indexed by trace, task key, time and process: what the story, events, Gantt and summary ask for.
+A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` naming the file.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sqlite3
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+FORMAT = "evlog-store"
+SCHEMA_VERSION = "1"
+
+# span categories: what the Gantt draws
+CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION = 0, 1, 2
+_EXEC_PREFIXES = ("dask.execute", "futures.task", "multiprocessing.task")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS evlog_meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS processes (
+    id INTEGER PRIMARY KEY, rkey TEXT UNIQUE NOT NULL, label TEXT, service TEXT, role TEXT,
+    pid INTEGER, host TEXT, worker TEXT, resource TEXT);
+CREATE TABLE IF NOT EXISTS spans (
+    id INTEGER PRIMARY KEY, trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, kind TEXT,
+    start INTEGER, end INTEGER, status_code TEXT, status_message TEXT, task_key TEXT, prefix TEXT,
+    cat INTEGER, worker TEXT, thread TEXT, process INTEGER, n_events INTEGER,
+    attributes TEXT, events TEXT, links TEXT, scope TEXT);
+CREATE INDEX IF NOT EXISTS spans_trace ON spans(trace_id);
+CREATE INDEX IF NOT EXISTS spans_key ON spans(task_key);
+CREATE INDEX IF NOT EXISTS spans_start ON spans(cat, start);
+CREATE INDEX IF NOT EXISTS spans_process ON spans(process);
+CREATE TABLE IF NOT EXISTS logs (
+    id INTEGER PRIMARY KEY, time INTEGER, observed_time INTEGER, severity_number INTEGER,
+    severity_text TEXT, event_name TEXT, topic TEXT, task_key TEXT, body TEXT, attributes TEXT,
+    trace_id TEXT, span_id TEXT, process INTEGER, scope TEXT);
+CREATE INDEX IF NOT EXISTS logs_time ON logs(time);
+CREATE INDEX IF NOT EXISTS logs_topic ON logs(topic, time);
+CREATE INDEX IF NOT EXISTS logs_event ON logs(event_name, time);
+CREATE INDEX IF NOT EXISTS logs_trace ON logs(trace_id);
+CREATE INDEX IF NOT EXISTS logs_process ON logs(process);
+CREATE TABLE IF NOT EXISTS points (
+    id INTEGER PRIMARY KEY, name TEXT, unit TEXT, kind TEXT, time INTEGER, start INTEGER, value REAL,
+    count INTEGER, sum REAL, min REAL, max REAL, attributes TEXT, extra TEXT, process INTEGER,
+    scope TEXT);
+CREATE INDEX IF NOT EXISTS points_name ON points(name, time);
+CREATE INDEX IF NOT EXISTS points_process ON points(process);
+"""
+
+_TABLES = {"evlog_meta", "processes", "spans", "logs", "points"}
+
+
+class StoreError(Exception):
+    """The database cannot be used; the message names the file and says why."""
+
+
+def _default(v: Any) -> Any:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    return str(v)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_default,
+                          check_circular=False).encode
+
+
+def dumps(v: Any) -> str:
+    return _dumps(v)
+
+
+def _loads(s: str | None) -> Any:
+    if not s:
+        return {} if s is None else s
+    return json.loads(s)
+
+
+class Store:
+    """One evlog SQLite database. ``path=None`` keeps it in memory (one connection, one thread)."""
+
+    def __init__(self, path: str | None, *, create: bool = True):
+        self.path = os.path.abspath(path) if path else None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._proc_ids: dict[str, int] = {}
+        self.version = 0  # bumped after every committed batch
+        self.closed = False
+        if self.path and not create and not os.path.exists(self.path):
+            raise StoreError(f"{self.path}: no such database")
+        if self.path and os.path.isdir(self.path):
+            raise StoreError(f"{self.path}: is a folder, not an evlog database")
+        try:
+            self.conn = sqlite3.connect(self.path or ":memory:", check_same_thread=False,
+                                        isolation_level=None, timeout=30)
+            self._check_and_create(create)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path}: not an evlog database ({e})") from None
+        except sqlite3.Error as e:  # e.g. OperationalError: unable to open database file
+            raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
+        for pid, rkey in self.conn.execute("SELECT id, rkey FROM processes"):
+            self._proc_ids[rkey] = pid
+
+    def _check_and_create(self, create: bool) -> None:
+        c = self.conn
+        tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables:
+            if "evlog_meta" not in tables:
+                raise StoreError(f"{self.path}: an SQLite database, but not evlog's "
+                                 f"(tables: {', '.join(sorted(tables)[:5])})")
+            meta = dict(c.execute("SELECT key, value FROM evlog_meta"))
+            if meta.get("format") != FORMAT:
+                raise StoreError(f"{self.path}: an SQLite database, but not evlog's (no evlog format mark)")
+            if meta.get("version") != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: evlog database of schema version {meta.get('version')!r}; "
+                                 f"this evlog reads version {SCHEMA_VERSION}")
+            missing = _TABLES - tables
+            if missing:
+                raise StoreError(f"{self.path}: damaged evlog database (missing tables: {', '.join(sorted(missing))})")
+        elif not create:
+            raise StoreError(f"{self.path}: an empty database, not evlog's")
+        if self.path:
+            c.execute("PRAGMA journal_mode=WAL")
+            c.execute("PRAGMA synchronous=NORMAL")
+        if not tables:
+            c.executescript(_SCHEMA)
+            c.executemany("INSERT OR REPLACE INTO evlog_meta VALUES (?, ?)",
+                          [("format", FORMAT), ("version", SCHEMA_VERSION), ("created", str(time.time()))])
+        else:
+            c.execute("SELECT count(*) FROM spans WHERE id < 0").fetchone()  # reads a page: damaged files fail here
+
+    # ---------------------------------------------------------------------------------------------
+    # connections
+
+    def reader(self) -> sqlite3.Connection:
+        """This thread's read connection (the main one for an in-memory store)."""
+        if self.path is None:
+            return self.conn
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+            conn.execute("PRAGMA query_only=1")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def close(self) -> None:
+        self.closed = True
+        with self._readers_lock:
+            for c in self._readers:
+                try:
+                    c.close()
+                except sqlite3.Error:
+                    pass
+            self._readers.clear()
+        try:
+            self.conn.close()
+        except sqlite3.Error:
+            pass
+
+    # ---------------------------------------------------------------------------------------------
+    # ingestion
+
+    def ingest(self, batch: Iterable[tuple[str, list[dict]]]) -> int:
+        """Store ``[(signal, rows), ...]`` in one transaction; returns the number of rows stored."""
+        spans: list[tuple] = []
+        logs: list[tuple] = []
+        points: list[tuple] = []
+        procs: dict[int, int] = {}  # id(resource dict) -> process id, valid while the rows live
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            for signal, rows in batch:
+                if signal == "traces":
+                    self._span_tuples(rows, procs, spans)
+                elif signal == "logs":
+                    self._log_tuples(rows, procs, logs)
+                elif signal == "metrics":
+                    self._point_tuples(rows, procs, points)
+            if spans:
+                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
+            if logs:
+                c.executemany("INSERT INTO logs VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?)", logs)
+            if points:
+                c.executemany("INSERT INTO points VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", points)
+            c.execute("COMMIT")
+        except BaseException:
+            try:
+                c.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            self._proc_ids = {rk: pid for pid, rk in c.execute("SELECT id, rkey FROM processes")}
+            raise
+        self.version += 1
+        return len(spans) + len(logs) + len(points)
+
+    def _process(self, resource: dict, memo: dict) -> int:
+        pid = memo.get(id(resource))
+        if pid is not None:
+            return pid
+        rkey = _dumps(dict(sorted(resource.items())))
+        pid = self._proc_ids.get(rkey)
+        if pid is None:
+            r = resource
+            worker = r.get("dask.worker.address") or ""
+            service = str(r.get("service.name") or "")
+            role = str(r.get("dask.role") or "")
+            host = str(r.get("host.name") or "")
+            ppid = r.get("process.pid")
+            label = str(worker) or " ".join(x for x in (service, role if role and role not in service else "",
+                                                        f"{ppid}@{host}" if ppid else host) if x) or "unknown"
+            cur = self.conn.execute(
+                "INSERT INTO processes (rkey, label, service, role, pid, host, worker, resource) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (rkey, label, service, role, ppid if isinstance(ppid, int) else None, host, str(worker), rkey))
+            pid = cur.lastrowid
+            self._proc_ids[rkey] = pid
+        memo[id(resource)] = pid
+        return pid
+
+    def _span_tuples(self, rows: list[dict], memo: dict, out: list) -> None:
+        append = out.append
+        for r in rows:
+            a = r["attributes"]
+            res = r["resource"]
+            name = r["name"]
+            key = a.get("dask.task.key")
+            prefix = a.get("dask.task.prefix")
+            if prefix is None:
+                sp = name.find(" ")
+                prefix = name[sp + 1:] if sp >= 0 else None
+            if name.startswith("dask.task"):
+                cat = CAT_SCHED_TASK
+                worker = a.get("dask.worker.address") or ""
+            elif name.startswith(_EXEC_PREFIXES):
+                cat = CAT_EXECUTION
+                worker = a.get("dask.worker.address") or res.get("dask.worker.address") or ""
+            else:
+                cat = CAT_OTHER
+                worker = res.get("dask.worker.address") or ""
+            thread = a.get("thread.name") or a.get("thread.id")
+            events = r["events"]
+            links = r["links"]
+            append((
+                r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], r["start"], r["end"],
+                r["status_code"], r["status_message"], None if key is None else str(key),
+                None if prefix is None else str(prefix), cat, str(worker),
+                None if thread is None else str(thread), self._process(res, memo), len(events),
+                _dumps(a) if a else "{}", _dumps(events) if events else "[]",
+                _dumps(links) if links else "[]", r["scope"],
+            ))
+
+    def _log_tuples(self, rows: list[dict], memo: dict, out: list) -> None:
+        append = out.append
+        for r in rows:
+            a = r["attributes"]
+            topic = a.get("dask.topic")
+            if topic is None:
+                topic = a.get("evlog.topic")
+            key = a.get("dask.task.key")
+            t = r["time"] or r["observed_time"]
+            body = r["body"]
+            append((
+                t, r["observed_time"], r["severity_number"], r["severity_text"], r["event_name"] or "",
+                None if topic is None else str(topic), None if key is None else str(key),
+                None if body is None else _dumps(body), _dumps(a) if a else "{}", r["trace_id"],
+                r["span_id"], self._process(r["resource"], memo), r["scope"],
+            ))
+
+    def _point_tuples(self, rows: list[dict], memo: dict, out: list) -> None:
+        append = out.append
+        for r in rows:
+            a = r["attributes"]
+            extra = None
+            if r["bucket_counts"] is not None or r["monotonic"] is not None or r["temporality"]:
+                extra = _dumps({"bucket_counts": r["bucket_counts"], "explicit_bounds": r["explicit_bounds"],
+                                "monotonic": r["monotonic"], "temporality": r["temporality"]})
+            value = r["value"]
+            append((
+                r["name"], r["unit"], r["kind"], r["time"], r["start"],
+                None if value is None else float(value), r["count"], r["sum"], r["min"], r["max"],
+                _dumps(a) if a else "{}", extra, self._process(r["resource"], memo), r["scope"],
+            ))
+
+    # ---------------------------------------------------------------------------------------------
+    # queries (each on this thread's read connection)
+
+    def _q(self, sql: str, args: tuple = ()) -> list:
+        return self.reader().execute(sql, args).fetchall()
+
+    def summary(self) -> dict:
+        """Counts and time range, as `evlog summary` prints them."""
+        q = self._q
+        spans, span_events, traces, s0, s1 = q(
+            "SELECT count(*), coalesce(sum(n_events), 0), count(DISTINCT trace_id), min(start), max(end) FROM spans")[0]
+        events = q("SELECT count(*) FROM logs WHERE event_name != ''")[0][0]
+        logs = q("SELECT count(*) FROM logs WHERE event_name = ''")[0][0]
+        m0 = q("SELECT min(time) FROM logs")[0][0]
+        m1 = q("SELECT max(time) FROM logs")[0][0]
+        points, p0, p1 = q("SELECT count(*), min(time), max(time) FROM points")[0]
+        processes = q("SELECT count(*) FROM processes")[0][0]
+        hosts = q("SELECT count(DISTINCT host) FROM processes")[0][0]
+        tasks = q("SELECT count(DISTINCT task_key) FROM spans WHERE task_key IS NOT NULL")[0][0]
+        starts = [x for x in (s0, m0, p0) if x]
+        ends = [x for x in (s1, m1, p1) if x]
+        return {
+            "spans": spans, "span_events": span_events, "events": events, "logs": logs,
+            "metric_points": points, "processes": processes, "hosts": hosts, "traces": traces,
+            "tasks": tasks, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
+        }
+
+    def processes(self) -> list[dict]:
+        cols = ("id", "label", "service", "role", "pid", "host", "worker")
+        return [dict(zip(cols, r)) for r in self._q(
+            "SELECT id, label, service, role, pid, host, worker FROM processes ORDER BY id")]
+
+    def story(self, key: str) -> list[dict]:
+        """A task's transitions in time order across processes (like Scheduler.story, but kept).
+
+        Each entry: time (ns), start, finish, stimulus, worker, process (label), span (name). Span
+        events that are not transitions (e.g. compute start/stop) come with start=None and their
+        name in ``event``.
+        """
+        out = []
+        for name, events, worker, label in self._q(
+                "SELECT s.name, s.events, s.worker, p.label FROM spans s LEFT JOIN processes p "
+                "ON p.id = s.process WHERE s.task_key = ? ORDER BY s.start", (key,)):
+            for ev in _loads(events) or ():
+                a = ev.get("attributes") or {}
+                out.append({
+                    "time": ev.get("time", 0), "event": ev.get("name", ""),
+                    "start": a.get("dask.transition.start"), "finish": a.get("dask.transition.finish"),
+                    "stimulus": a.get("dask.stimulus_id"),
+                    "worker": a.get("dask.worker.address") or worker or "", "process": label or "",
+                    "span": name,
+                })
+        out.sort(key=lambda e: e["time"])
+        return out
+
+    def task_spans(self, key: str | None = None, span_id: str | None = None) -> list[dict]:
+        """The spans of one task (by key), or one span (by id) when it has no key."""
+        if key is not None:
+            rows = self._q(_SPAN_SELECT + " WHERE s.task_key = ? ORDER BY s.start", (key,))
+        else:
+            rows = self._q(_SPAN_SELECT + " WHERE s.span_id = ? ORDER BY s.start", (span_id or "",))
+        return [_span_dict(r) for r in rows]
+
+    def span_logs(self, span_ids: list[str], key: str | None = None, limit: int = 500) -> list[dict]:
+        """Events emitted inside these spans, or naming the task key."""
+        if not span_ids and key is None:
+            return []
+        marks = ",".join("?" * len(span_ids))
+        where = f"span_id IN ({marks})" if span_ids else "0"
+        args: tuple = tuple(span_ids)
+        if key is not None:
+            where += " OR task_key = ?"
+            args += (key,)
+        return [_log_dict(r) for r in self._q(
+            _LOG_SELECT + f" WHERE {where} ORDER BY l.time LIMIT ?", args + (limit,))]
+
+    def topics(self) -> list[tuple[str, int]]:
+        return [(t, n) for t, n in self._q(
+            "SELECT topic, count(*) FROM logs WHERE topic IS NOT NULL GROUP BY topic ORDER BY topic")]
+
+    def events(self, topic: str | None = None, limit: int | None = None, since: int | None = None,
+               newest_first: bool = False) -> list[dict]:
+        """Events with a topic (dask.log_event / evlog.log_event), oldest first, like get_events."""
+        where, args = ["l.topic IS NOT NULL"], []
+        if topic is not None:
+            where.append("l.topic = ?")
+            args.append(topic)
+        if since is not None:
+            where.append("l.time >= ?")
+            args.append(since)
+        sql = _LOG_SELECT + " WHERE " + " AND ".join(where) + \
+            f" ORDER BY l.time {'DESC' if newest_first else ''}, l.id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        return [_log_dict(r) for r in self._q(sql, tuple(args))]
+
+    def named_events(self, event_name: str, limit: int = 20000) -> list[dict]:
+        """Log records with this event name, oldest first (e.g. evlog.metadata)."""
+        return [_log_dict(r) for r in self._q(
+            _LOG_SELECT + " WHERE l.event_name = ? ORDER BY l.time, l.id LIMIT ?", (event_name, limit))]
+
+    def span_categories(self) -> dict[int, int]:
+        return {c: n for c, n in self._q("SELECT cat, count(*) FROM spans GROUP BY cat")}
+
+    def gantt_rows(self, cat: int | None, t0: int | None = None, t1: int | None = None,
+                   process: int | None = None, worker: str | None = None) -> list[tuple]:
+        """(id, start, end, worker, thread, process, prefix, status_code, task_key, name) of spans
+        overlapping [t0, t1]; cat None means every span."""
+        where, args = [], []
+        if cat is not None:
+            where.append("cat = ?")
+            args.append(cat)
+        if t1 is not None:
+            where.append("start <= ?")
+            args.append(t1)
+        if t0 is not None:
+            where.append("end >= ?")
+            args.append(t0)
+        if process is not None:
+            where.append("process = ?")
+            args.append(process)
+        if worker is not None:
+            where.append("worker = ?")
+            args.append(worker)
+        sql = "SELECT id, start, end, worker, thread, process, prefix, status_code, task_key, name FROM spans"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return self._q(sql + " ORDER BY start", tuple(args))
+
+    def span_by_id(self, row_id: int) -> dict | None:
+        rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
+        return _span_dict(rows[0]) if rows else None
+
+    def dependencies(self, limit: int | None = None) -> list[tuple]:
+        """(task_key, prefix, status_code, worker, dependencies JSON or None) per scheduler task span."""
+        sql = ("SELECT task_key, prefix, status_code, worker, json_extract(attributes, '$.\"dask.task.dependencies\"') "
+               "FROM spans WHERE cat = 1 AND task_key IS NOT NULL ORDER BY start")
+        if limit is not None:
+            return self._q(sql + " LIMIT ?", (limit,))
+        return self._q(sql)
+
+    def metric_names(self) -> list[tuple[str, str, int]]:
+        return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
+
+    def series(self, name: str, process: int | None = None, since: int | None = None) -> list[tuple]:
+        """(process, time, value) of a gauge or sum (or a histogram's mean), in time order."""
+        where, args = ["name = ?"], [name]
+        if process is not None:
+            where.append("process = ?")
+            args.append(process)
+        if since is not None:
+            where.append("time >= ?")
+            args.append(since)
+        return self._q(
+            "SELECT process, time, coalesce(value, sum / nullif(count, 0)) FROM points WHERE "
+            + " AND ".join(where) + " ORDER BY time", tuple(args))
+
+
+_SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "
+                "s.status_code, s.status_message, s.task_key, s.prefix, s.worker, s.thread, p.label, "
+                "s.attributes, s.events FROM spans s LEFT JOIN processes p ON p.id = s.process")
+_SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start", "end", "status_code",
+              "status_message", "task_key", "prefix", "worker", "thread", "process")
+
+
+def _span_dict(r: tuple) -> dict:
+    d = dict(zip(_SPAN_COLS, r))
+    d["attributes"] = _loads(r[15])
+    d["events"] = _loads(r[16]) or []
+    return d
+
+
+_LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
+               "l.attributes, l.trace_id, l.span_id, p.label, l.process FROM logs l "
+               "LEFT JOIN processes p ON p.id = l.process")
+
+
+def _log_dict(r: tuple) -> dict:
+    return {
+        "id": r[0], "time": r[1], "severity": r[2], "event_name": r[3], "topic": r[4], "task_key": r[5],
+        "body": None if r[6] is None else json.loads(r[6]), "attributes": _loads(r[7]),
+        "trace_id": r[8], "span_id": r[9], "process": r[10] or "", "process_id": r[11],
+    }
+
+
+class Overloaded(Exception):
+    """The ingestion queue is full: the receiver answers 503 / UNAVAILABLE and the exporter retries."""
+
+
+class Ingestor:
+    """Queues decoded rows and stores them from one writer thread, in large transactions.
+
+    ``submit`` never touches the database: it appends to a bounded queue and returns, so an exporter
+    waits neither on a query nor on a commit. Listeners (e.g. the dashboard's live updates) are
+    called with the store's new version after each commit.
+    """
+
+    def __init__(self, store: Store, max_pending_rows: int = 500_000, max_batch_rows: int = 50_000):
+        self.store = store
+        self.max_pending_rows = max_pending_rows
+        self.max_batch_rows = max_batch_rows
+        self.listeners: list[Callable[[int], None]] = []
+        self.stored = {"traces": 0, "logs": 0, "metrics": 0}
+        self.refused_rows = 0
+        self.write_errors = 0
+        self._queue: collections.deque = collections.deque()
+        self._pending = 0
+        self._submitted = 0
+        self._done = 0
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="evlog-store-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, signal: str, rows: list[dict], timeout: float | None = 10.0) -> None:
+        """Queue rows for the writer. When the queue is full, wait up to ``timeout`` seconds for room
+        (None: as long as it takes), then raise Overloaded (the rows are refused and counted)."""
+        n = len(rows)
+        if not n:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._pending and self._pending + n > self.max_pending_rows and not self._stop:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self.refused_rows += n
+                    raise Overloaded(f"{self._pending:,} rows waiting to be stored")
+                self._cond.wait(left)
+            if self._stop:
+                raise Overloaded("the store is closing")
+            self._queue.append((signal, rows))
+            self._pending += n
+            self._submitted += 1
+            self._cond.notify()
+
+    def pending(self) -> int:
+        return self._pending
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything submitted so far is stored (or could not be)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            target = self._submitted
+            while self._done < target:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = 30.0) -> None:
+        self.flush(timeout)
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        from evlog import _report
+
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop:
+                    self._cond.wait()
+                if not self._queue and self._stop:
+                    return
+                batch, n = [], 0
+                while self._queue and n < self.max_batch_rows:
+                    item = self._queue.popleft()
+                    batch.append(item)
+                    n += len(item[1])
+            try:
+                self.store.ingest(batch)
+                for signal, rows in batch:
+                    self.stored[signal] = self.stored.get(signal, 0) + len(rows)
+            except Exception as e:  # a full disk, a locked file: counted and reported, the server goes on
+                self.write_errors += n
+                _report.warn_once(f"store-write-{type(e).__name__}",
+                                  f"cannot store telemetry in {self.store.path}: {e}; rows are dropped and counted")
+            with self._cond:
+                self._pending -= n
+                self._done += len(batch)
+                self._cond.notify_all()
+            version = self.store.version
+            for fn in list(self.listeners):
+                try:
+                    fn(version)
+                except Exception:
+                    pass
