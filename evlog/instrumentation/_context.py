@@ -1,0 +1,239 @@
+"""The carrier that takes a submitter's context to the thread or process that runs the task.
+
+``Task(fn, kind, context)`` wraps a user's function at submission. Called (in a pool thread, a pool
+worker process, a ``multiprocessing.Process`` child), it runs ``fn`` inside one span named
+``futures.task {function}`` or ``multiprocessing.task {function}``, child of the span that was
+current at submission, with that context attached, so the user's own spans nest under it.
+
+Threads get the submitter's whole OTel Context object. Processes get it by pickle: ``Task`` pickles
+as ``(fn, kind, (trace_id, span_id, flags, tracestate, baggage))``, and only when ``fn`` pickles, so
+an unpicklable function fails exactly as it would without evlog (the same exception from the same
+place). On failure the span gets ERROR status and the exception as an event, and the exception goes
+on to the pool unchanged.
+
+Spans are ordinary SDK spans, ended as the function returns, so they queue in the batch processor of
+the process that ran them and go out in batches. A task still running when its process is told to exit
+(SIGTERM from ``Pool.terminate()``, ``os._exit``) has its span ended with ERROR before the exit flush.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+
+from opentelemetry import baggage as _baggage
+from opentelemetry import context as _ctx
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
+
+from evlog import _report
+
+# evlog.pool.kind -> (span name prefix, instrumentation scope)
+KINDS = {
+    "thread": ("futures.task", "evlog.futures"),
+    "process": ("futures.task", "evlog.futures"),
+    "mp.pool": ("multiprocessing.task", "evlog.multiprocessing"),
+    "mp.threadpool": ("multiprocessing.task", "evlog.multiprocessing"),
+    "mp.process": ("multiprocessing.task", "evlog.multiprocessing"),
+}
+THREAD_KINDS = ("thread", "mp.threadpool")
+# Callables from these modules are telemetry machinery (the SDK runs resource detectors in a thread
+# pool): they run untraced, or every process would report its own set-up as tasks.
+_MACHINERY = ("opentelemetry.", "evlog.")
+_SUPPRESS = _ctx._SUPPRESS_INSTRUMENTATION_KEY
+_BAGGAGE = _baggage._BAGGAGE_KEY
+_attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
+_set_span = trace.set_span_in_context
+
+_tracers: dict = {}  # kind -> tracer (per process; a fork keeps the same provider)
+_names: dict = {}  # (kind, fn) -> (span name, attributes); bounded
+_open: dict = {}  # id(span) -> span of tasks running now in this process
+
+
+def current():
+    """The context to send with a task, or None when instrumentation is suppressed here."""
+    ctx = _get_current()
+    return None if ctx.get(_SUPPRESS) else ctx
+
+
+def wrap(fn, kind: str):
+    """``fn`` as a Task carrying the current context; ``fn`` itself when suppressed or already wrapped."""
+    if type(fn) is Task:
+        return fn
+    ctx = _get_current()
+    if ctx.get(_SUPPRESS) or (getattr(named_callable(fn), "__module__", None) or "").startswith(_MACHINERY):
+        return fn
+    return Task(fn, kind, ctx)
+
+
+def portable(ctx):
+    """A picklable form of an OTel Context: (trace_id, span_id, flags, tracestate, baggage) or None."""
+    if ctx is None or type(ctx) is tuple:
+        return ctx
+    sc = trace.get_current_span(ctx).get_span_context()
+    bag = ctx.get(_BAGGAGE)
+    if not sc.is_valid:
+        return (0, 0, 0, "", dict(bag)) if bag else None
+    state = sc.trace_state.to_header() if sc.trace_state else ""
+    return (sc.trace_id, sc.span_id, int(sc.trace_flags), state, dict(bag) if bag else None)
+
+
+def restore(carried):
+    """The OTel Context for a portable tuple (the parent span as a remote span context)."""
+    if carried is None:
+        return _ctx.Context()
+    trace_id, span_id, flags, state, bag = carried
+    ctx = _ctx.Context()
+    if trace_id:
+        sc = SpanContext(trace_id, span_id, True, TraceFlags(flags), TraceState.from_header([state]) if state else None)
+        ctx = _set_span(NonRecordingSpan(sc), ctx)
+    if bag:
+        ctx = _ctx.set_value(_BAGGAGE, dict(bag), ctx)
+    return ctx
+
+
+def _rebuild(fn, kind, carried):
+    return Task(fn, kind, carried)
+
+
+class Task:
+    """A user's function with the submitter's context; calling it runs the function in a task span."""
+
+    __slots__ = ("fn", "kind", "parent")
+
+    def __init__(self, fn, kind: str, parent):
+        self.fn = fn
+        self.kind = kind
+        self.parent = parent  # an OTel Context (same process) or a portable tuple (after pickling)
+
+    def __reduce__(self):
+        # fn first: if it does not pickle, pickling fails exactly where and how it would without evlog.
+        return (_rebuild, (self.fn, self.kind, portable(self.parent)))
+
+    def __repr__(self):
+        return f"<evlog task {self.fn!r}>"
+
+    def __call__(self, *args, **kwargs):
+        try:
+            span, token = _begin(self)
+        except Exception as exc:  # evlog's own failure: run the task untraced
+            _report.warn_once("task-span", f"cannot start a task span, tasks run untraced: {exc!r}")
+            return self.fn(*args, **kwargs)
+        try:
+            return self.fn(*args, **kwargs)
+        except BaseException as exc:
+            _fail(span, exc)
+            raise
+        finally:
+            _end(span, token)
+
+
+def _begin(task: Task):
+    parent = task.parent
+    if type(parent) is not _ctx.Context:
+        parent = task.parent = restore(parent)
+    kind = task.kind
+    tracer = _tracers.get(kind) or _tracer(kind)
+    name, attrs = _describe(kind, task.fn)
+    if kind in THREAD_KINDS:
+        attrs = {**attrs, "thread.name": threading.current_thread().name}
+    span = tracer.start_span(name, parent, attributes=attrs)
+    _open[id(span)] = span
+    return span, _attach(_set_span(span, parent))
+
+
+def _end(span, token) -> None:
+    try:
+        _detach(token)
+        if _open.pop(id(span), None) is not None:
+            span.end()
+    except Exception as exc:
+        _report.warn_once("task-span-end", f"cannot end a task span: {exc!r}")
+
+
+def _fail(span, exc: BaseException) -> None:
+    try:
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return  # a clean sys.exit() in a process target is not a failure
+        try:
+            text = f"{type(exc).__name__}: {exc}"
+        except Exception:
+            text = type(exc).__name__
+        span.set_status(Status(StatusCode.ERROR, text))
+        span.record_exception(exc, escaped=True)
+    except Exception as err:
+        _report.warn_once("task-span-fail", f"cannot record a task's exception: {err!r}")
+
+
+def _tracer(kind: str):
+    tracer = _tracers[kind] = trace.get_tracer(KINDS[kind][1])
+    return tracer
+
+
+def named_callable(fn):
+    """The object that names ``fn``: the function under partials and bound methods, else its type.
+
+    Module-level and long-lived, so caching on it neither grows per call nor keeps the task's data alive.
+    """
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    return fn if isinstance(getattr(fn, "__qualname__", None), str) else type(fn)
+
+
+def function_names(fn) -> tuple[str, str]:
+    """(qualified name, module-qualified name) of any callable: functions, methods, partials, objects."""
+    fn = named_callable(fn)
+    qual = fn.__qualname__
+    module = getattr(fn, "__module__", None)
+    return qual, f"{module}.{qual}" if isinstance(module, str) and module else qual
+
+
+def _describe(kind: str, fn):
+    try:
+        key = (kind, named_callable(fn))
+        hit = _names.get(key)
+    except TypeError:  # an unhashable callable type
+        key, hit = None, None
+    if hit is not None:
+        return hit
+    qual, full = function_names(fn)
+    hit = (f"{KINDS[kind][0]} {qual}", {"code.function.name": full, "evlog.pool.kind": kind})
+    if key is not None:
+        if len(_names) > 4096:
+            _names.clear()
+        _names[key] = hit
+    return hit
+
+
+def end_open_spans() -> None:
+    """Before the exit flush: end the spans of tasks cut short by the exit, as errors."""
+    while _open:
+        try:
+            _, span = _open.popitem()
+            span.set_status(Status(StatusCode.ERROR, "the process exited while the task was running"))
+            span.end()
+        except KeyError:
+            return
+        except Exception as exc:
+            _report.warn_once("task-span-exit", f"cannot end a running task's span at exit: {exc!r}")
+            return
+
+
+def _after_fork_in_child() -> None:
+    _open.clear()  # the parent's running tasks are not this process's
+
+
+def _register_exit_hook() -> None:
+    import os
+
+    try:
+        from evlog.bootstrap import lifecycle
+
+        lifecycle.before_flush(end_open_spans)
+    except Exception as exc:
+        _report.warn_once("task-exit-hook", f"running tasks' spans will not be ended at exit: {exc!r}")
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_register_exit_hook()

@@ -1,0 +1,92 @@
+"""concurrent.futures: one span per call of the user's function in ThreadPoolExecutor and ProcessPoolExecutor.
+
+Telemetry: span ``futures.task {function}`` (attributes code.function.name, evlog.pool.kind = thread |
+process, thread.name for threads; ERROR status and an exception event on failure), in the thread or
+worker process that ran the call, child of the span current at ``submit()``/``map()``.
+
+Context travels inside the submitted callable (``_context.Task``): as the Context object to a thread,
+pickled as a few ids to a worker process (any start method). ``ProcessPoolExecutor.map`` wraps the
+function itself, not its chunks, so each item gets its own span; the pool's own machinery (manager
+thread, queue feeder, worker loop) is never wrapped. Importing concurrent.futures also switches on
+context propagation for plain threads (threads.py). The thread and process modules are patched only
+once something imports them.
+"""
+from __future__ import annotations
+
+import functools
+
+import wrapt
+from opentelemetry.instrumentation.utils import unwrap
+
+from evlog import _report
+
+from . import _context
+from .threads import ThreadsInstrumentor
+
+
+def _submit(kind: str):
+    def submit(wrapped, instance, args, kwargs):
+        if args:
+            fn = args[0]
+            if not (type(fn) is functools.partial and fn.args and type(fn.args[0]) is _context.Task):  # map's chunks
+                try:
+                    args = (_context.wrap(fn, kind),) + args[1:]
+                except Exception as exc:
+                    _report.warn_once("futures-submit", f"cannot trace submitted tasks: {exc!r}")
+        return wrapped(*args, **kwargs)
+
+    return submit
+
+
+def _process_map(wrapped, instance, args, kwargs):
+    if args:
+        try:
+            args = (_context.wrap(args[0], "process"),) + args[1:]
+        except Exception as exc:
+            _report.warn_once("futures-map", f"cannot trace mapped tasks: {exc!r}")
+    return wrapped(*args, **kwargs)
+
+
+class FuturesInstrumentor:
+    """Patches ThreadPoolExecutor.submit, ProcessPoolExecutor.submit and ProcessPoolExecutor.map."""
+
+    def __init__(self):
+        self._on = False
+
+    def instrument(self) -> None:
+        if self._on:
+            return
+        self._on = True
+        ThreadsInstrumentor.acquire()
+        wrapt.register_post_import_hook(self._patch_thread, "concurrent.futures.thread")
+        wrapt.register_post_import_hook(self._patch_process, "concurrent.futures.process")
+
+    def uninstrument(self) -> None:
+        if not self._on:
+            return
+        self._on = False
+        ThreadsInstrumentor.release()
+        unwrap("concurrent.futures.thread.ThreadPoolExecutor", "submit")
+        unwrap("concurrent.futures.process.ProcessPoolExecutor", "submit")
+        unwrap("concurrent.futures.process.ProcessPoolExecutor", "map")
+
+    def _patch_thread(self, module) -> None:
+        try:
+            if self._on and not _ours(module.ThreadPoolExecutor, "submit"):
+                wrapt.wrap_function_wrapper(module.ThreadPoolExecutor, "submit", _submit("thread"))
+        except Exception as exc:
+            _report.warn_once("futures-thread", f"ThreadPoolExecutor is not traced: {exc!r}")
+
+    def _patch_process(self, module) -> None:
+        try:
+            if self._on and not _ours(module.ProcessPoolExecutor, "submit"):
+                wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "submit", _submit("process"))
+                wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "map", _process_map)
+        except Exception as exc:
+            _report.warn_once("futures-process", f"ProcessPoolExecutor is not traced: {exc!r}")
+
+
+def _ours(cls, name: str) -> bool:
+    """Is cls.name already our wrapper? (instrument() after uninstrument() registers the hooks again.)"""
+    wrapper = getattr(cls.__dict__.get(name), "_self_wrapper", None)
+    return getattr(wrapper, "__module__", None) == __name__

@@ -1,0 +1,128 @@
+"""multiprocessing: one span per call of the user's function in Pool, ThreadPool and Process.
+
+Telemetry: span ``multiprocessing.task {function}`` (attributes code.function.name, evlog.pool.kind =
+mp.pool | mp.threadpool | mp.process, thread.name for ThreadPool; ERROR status and an exception event
+on failure), in the process (or ThreadPool thread) that ran the call, child of the span current where
+the work was submitted: ``Pool.apply_async/_map_async/imap/imap_unordered`` (so apply, map, starmap and
+their async forms) or ``Process.start()``.
+
+Context travels inside the callable (``_context.Task``): pickled as a few ids for fork, spawn and
+forkserver alike. Pool chunks are not wrapped, their function is, so each item gets its own span.
+For ``Process``, ``start()`` leaves the context on the process object (pickled with it under spawn and
+forkserver) and the child wraps ``target`` (or an overridden ``run``) just before running it.
+Processes that pools, managers and Dask start for themselves get nothing.
+
+Nothing is lost at shutdown: spans end when the function returns, before the result goes back, and
+every way a worker leaves flushes (evlog.bootstrap.lifecycle): the sentinel (normal exit or
+``os._exit``), and the SIGTERM of ``Pool.terminate()`` / ``Pool.__exit__``, which reaches a worker
+blocked on the task queue (the lock and the pipe read are interrupted and run the handler).
+"""
+from __future__ import annotations
+
+import multiprocessing.process as _mp_process
+
+import wrapt
+from opentelemetry.instrumentation.utils import unwrap
+
+from evlog import _report
+
+from . import _context
+from .threads import ThreadsInstrumentor
+
+_PARENT = "_evlog_parent"  # on a Process object between start() in the parent and run in the child
+_MACHINERY = ("multiprocessing.", "concurrent.futures.", "distributed.")
+_POOL_METHODS = ("apply_async", "_map_async", "imap", "imap_unordered")
+
+
+def _pool_submit(thread_pool: type):
+    def submit(wrapped, instance, args, kwargs):
+        return _submit(wrapped, "mp.threadpool" if isinstance(instance, thread_pool) else "mp.pool", args, kwargs)
+
+    return submit
+
+
+def _submit(wrapped, kind: str, args, kwargs):
+    try:
+        if args:
+            args = (_context.wrap(args[0], kind),) + args[1:]
+        elif "func" in kwargs:
+            kwargs = {**kwargs, "func": _context.wrap(kwargs["func"], kind)}
+    except Exception as exc:
+        _report.warn_once("mp-pool", f"cannot trace pool tasks: {exc!r}")
+    return wrapped(*args, **kwargs)
+
+
+def _process_start(wrapped, instance, args, kwargs):
+    try:
+        ctx = _context.current()
+        if ctx is not None and not _machinery(instance):
+            instance.__dict__[_PARENT] = _context.portable(ctx)
+    except Exception as exc:
+        _report.warn_once("mp-process", f"cannot trace multiprocessing.Process: {exc!r}")
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        instance.__dict__.pop(_PARENT, None)  # started: the child has its copy
+
+
+def _process_bootstrap(wrapped, instance, args, kwargs):
+    d = instance.__dict__
+    if _PARENT in d:
+        try:
+            carried = d.pop(_PARENT)
+            if type(instance).run is _mp_process.BaseProcess.run:
+                if instance._target is not None:
+                    instance._target = _context.Task(instance._target, "mp.process", carried)
+            else:
+                instance.run = _context.Task(instance.run, "mp.process", carried)
+        except Exception as exc:
+            _report.warn_once("mp-process-child", f"cannot trace a multiprocessing.Process: {exc!r}")
+    return wrapped(*args, **kwargs)
+
+
+def _machinery(process) -> bool:
+    """Is this a process a library starts for itself (a pool worker, a manager, a Dask worker)?"""
+    target = process._target if process._target is not None else type(process).run
+    module = getattr(_context.named_callable(target), "__module__", None) or ""
+    return module.startswith(_MACHINERY)
+
+
+class MultiprocessingInstrumentor:
+    """Patches BaseProcess.start/_bootstrap and, once multiprocessing.pool is imported, Pool."""
+
+    def __init__(self):
+        self._on = False
+
+    def instrument(self) -> None:
+        if self._on:
+            return
+        self._on = True
+        ThreadsInstrumentor.acquire()
+        wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "start", _process_start)
+        wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "_bootstrap", _process_bootstrap)
+        wrapt.register_post_import_hook(self._patch_pool, "multiprocessing.pool")
+
+    def uninstrument(self) -> None:
+        if not self._on:
+            return
+        self._on = False
+        ThreadsInstrumentor.release()
+        unwrap(_mp_process.BaseProcess, "start")
+        unwrap(_mp_process.BaseProcess, "_bootstrap")
+        for name in _POOL_METHODS:
+            unwrap("multiprocessing.pool.Pool", name)
+
+    def _patch_pool(self, module) -> None:
+        try:
+            if self._on and not _ours(module.Pool, _POOL_METHODS[0]):
+                submit = _pool_submit(module.ThreadPool)
+                for name in _POOL_METHODS:
+                    wrapt.wrap_function_wrapper(module.Pool, name, submit)
+        except Exception as exc:
+            _report.warn_once("mp-pool-patch", f"multiprocessing.Pool is not traced: {exc!r}")
+
+
+def _ours(cls, name: str) -> bool:
+    """Is cls.name already our wrapper? (instrument() after uninstrument() registers the hook again.)"""
+    wrapper = getattr(cls.__dict__.get(name), "_self_wrapper", None)
+    return getattr(wrapper, "__module__", None) == __name__
