@@ -56,7 +56,7 @@ def prepare(settings, environ, service: str):
     try:
         from evlog.bootstrap import others
 
-        found = others.scan()
+        found = others.scan_cached()
         if found:
             environ[others.ENV] = json.dumps(found)
     except Exception:

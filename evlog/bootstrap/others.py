@@ -17,6 +17,37 @@ from evlog import _report
 ENV = "EVLOG_OTEL_INSTRUMENTORS"
 
 
+def scan_cached() -> list:
+    """scan(), cached per set of installed packages (keyed by the sys.path folders and their mtimes)."""
+    import hashlib
+    import sys
+
+    key = []
+    for p in sys.path:
+        try:
+            key.append(f"{p}:{os.stat(p or '.').st_mtime_ns}")
+        except OSError:
+            key.append(p)
+    digest = hashlib.sha1("\n".join(key).encode()).hexdigest()[:16]
+    cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "evlog")
+    path = os.path.join(cache_dir, f"instrumentors-{digest}.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        pass
+    found = scan()
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(found, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return found
+
+
 def scan() -> list:
     """[[entry-point name, "module:Class", [top-level modules of the instrumented library]], ...]."""
     from importlib import metadata

@@ -199,6 +199,9 @@ def managed_metric_exporter(make):
                 super().__init__()
 
         def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+            n = sum(len(m.data.data_points) for rm in metrics_data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
+            if not n:
+                return MetricExportResult.SUCCESS  # nothing to send: no reason to build an exporter
             inner = self.inner()
             ok = False
             if inner is not None:
@@ -206,7 +209,6 @@ def managed_metric_exporter(make):
                     ok = inner.export(metrics_data, timeout_millis=timeout_millis) == MetricExportResult.SUCCESS
                 except Exception as exc:
                     _report.warn_once("export-metrics", f"exporting metrics failed: {exc}")
-            n = sum(len(m.data.data_points) for rm in metrics_data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
             self.counted(n, ok)
             return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
 

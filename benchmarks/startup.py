@@ -1,0 +1,79 @@
+"""What evlog adds to a Python process's start-up, against what opentelemetry-instrument adds.
+
+Runs `python -c pass` plain, under `evlog-instrument` (run folder, and OTLP), as a bare child of an
+evlog run (what every worker/child process pays: sitecustomize only), and under opentelemetry-instrument
+(opentelemetry-distro, OTLP exporters for traces, metrics and logs), interleaved round by round.
+Goal: evlog adds at most half of what opentelemetry-instrument adds.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+PY = sys.executable
+BIN = os.path.dirname(PY)
+
+
+def _env(**kw):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "EVLOG_"))}
+    env.update(kw)
+    return env
+
+
+def _time(cmd, env) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=0)
+    args = ap.parse_args()
+    rounds = args.rounds or (4 if args.quick else 12)
+    tmp = tempfile.mkdtemp(prefix="evlog-bench-startup-")
+    from evlog.launcher import SITE_DIR
+
+    dead = "http://127.0.0.1:9"  # nothing listens: exporters are built, nothing is sent by `pass`
+    otel = shutil.which("opentelemetry-instrument", path=BIN) or "opentelemetry-instrument"
+    variants = {
+        "plain": ([PY, "-c", "pass"], _env()),
+        "evlog": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"], _env(EVLOG_RUN_DIR=f"{tmp}/r", EVLOG_SUMMARY="false")),
+        "evlog-otlp": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"],
+                       _env(OTEL_EXPORTER_OTLP_ENDPOINT=dead, EVLOG_SUMMARY="false", EVLOG_EXIT_TIMEOUT="1")),
+        "evlog-child": ([PY, "-c", "pass"], _env(PYTHONPATH=SITE_DIR, EVLOG_RUN_ID="bench", EVLOG_CONFIG_REPORTED="1",
+                                                 EVLOG_RUN_DIR=f"{tmp}/c")),
+        "otel": ([otel, PY, "-c", "pass"],
+                 _env(OTEL_PYTHON_DISTRO="distro", OTEL_PYTHON_CONFIGURATOR="configurator",
+                      OTEL_TRACES_EXPORTER="otlp", OTEL_METRICS_EXPORTER="otlp", OTEL_LOGS_EXPORTER="otlp",
+                      OTEL_EXPORTER_OTLP_ENDPOINT=dead)),
+    }
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for name, (cmd, env) in variants.items():  # warm the page cache and .pyc files
+        _time(cmd, env)
+    for _ in range(rounds):
+        for name, (cmd, env) in variants.items():
+            times[name].append(_time(cmd, env))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    proof = sum(1 for _ in os.scandir(f"{tmp}/r")) if os.path.isdir(f"{tmp}/r") else 0
+    plain = med["plain"]
+    for k in ("evlog", "evlog-otlp", "evlog-child", "otel"):
+        label = "otel" if k == "otel" else "evlog"
+        print(f"startup.{k}: ratio {med[k] / plain:.2f} (plain {plain:.3f}, {label} {med[k]:.3f}, s per process)")
+    otel_added = med["otel"] - plain
+    for k in ("evlog", "evlog-otlp", "evlog-child"):
+        added = med[k] - plain
+        print(f"startup.added.{k}: ratio {added / otel_added:.2f} (otel +{otel_added:.3f}, evlog +{added:.3f}, s added; goal <= 0.5)")
+    print(f"startup.proof: the evlog runs created {proof} run folder entries (set-up happened)")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
