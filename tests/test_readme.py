@@ -1,0 +1,36 @@
+"""The README's two commands stay true: CI runs its test command, and the quickstart runs under evlog."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block and text.index("```bash") < 20, "the README starts with the two set-up commands"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_ci_runs_the_readmes_test_command():
+    install_and_run, test = _readme_commands()
+    assert "evlog-instrument python examples/quickstart.py" in install_and_run
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test in ci.splitlines(), f"{test!r} must be a line of .ci/run"
+
+
+def test_quickstart_runs_under_evlog_instrument(tmp_path):
+    proc = run_instrumented([PYTHON, str(ROOT / "examples" / "quickstart.py")], env=evlog_env(), cwd=tmp_path,
+                            check=True)
+    assert b"done: 8 thread tasks, 6 process tasks" in proc.stdout
+    (run_dir,) = (tmp_path / "evlog-runs").iterdir()
+    assert run_dir.name.endswith("-quickstart")
+    assert f"evlog view evlog-runs/{run_dir.name}" in proc.stderr.decode()
+    data = read_run_folder(str(run_dir))
+    names = {s["name"] for s in data["spans"]}
+    assert "quickstart" in names
+    assert len({s["resource"]["process.pid"] for s in data["spans"]}) >= 1
