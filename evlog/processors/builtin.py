@@ -1,0 +1,272 @@
+"""The default log (EVLOG_CONSUMERS), fused into one span processor so that it costs almost nothing.
+
+It gives the same streams as a MultiEventLog holding the built-in consumers of the same names (core,
+wsat, psat, esat, loadavg, mem, bytes), but does the least per span: on start and finish it updates a
+few counters and appends one tuple to a bounded ring; the sub-events are built when the log is fetched.
+The sampled readings (load average, free memory, the process's resident bytes) are taken at most every
+``sample_period_s`` (on the first span after the period, or at metric collection), never per span; the
+bytes held by a Dask worker (``WorkerState.nbytes``) are read per event, as it is a plain attribute.
+
+No lock is taken per span (see the hot path's comment for why no counter update is lost).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from _thread import get_ident
+from collections import deque
+
+from opentelemetry.sdk.trace import SpanProcessor
+
+from evlog import _report
+
+from .sampling import Readings, dask_state
+from .spans import Classifier
+
+FAST_NAMES = frozenset({"core", "wsat", "psat", "esat", "loadavg", "mem", "bytes"})
+_NAN = float("nan")
+_OPEN_MAX = 100_000
+
+
+class BuiltinLog(SpanProcessor):
+    """Dagger's default consumers (core, wsat, psat, esat, loadavg, mem, bytes) as one span processor."""
+
+    def __init__(self, names, maxlen: int = 20_000, sample_period_s: float = 0.2):
+        names = tuple(dict.fromkeys(names))
+        bad = [n for n in names if n not in FAST_NAMES]
+        if bad:
+            raise ValueError(f"BuiltinLog cannot compute {bad} (it knows {sorted(FAST_NAMES)})")
+        self.names = names
+        self.maxlen = maxlen
+        self._want_load = "loadavg" in names
+        self._want_mem = "mem" in names
+        self._want_bytes = "bytes" in names
+        self._period_ns = int(sample_period_s * 1e9)
+        self._readings = Readings(sample_period_s)
+        self._enabled = True
+        if "esat" in names:  # every span changes a shared counter: take the lock for all of them
+            self.on_start = self._on_start_esat
+            self.on_end = self._on_end_esat
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Empty state: at creation, and in a forked child (its parent's open spans are not its own)."""
+        self._lock = threading.Lock()  # for fetch and the slow paths, never taken per span
+        self._ring: deque = deque(maxlen=self.maxlen)
+        self.wsat = 0
+        self._cells: dict[int, list] = {}  # thread ident -> [running tasks, ident]: psat
+        self._open: dict[int, list] = {}  # id(span context) -> the cell its task was counted in
+        self._classifier = Classifier()  # Kind.n counts open spans per category: esat
+        self._kinds = self._classifier.kinds
+        self._samp = (_NAN, _NAN, 0)  # loadavg, free memory fraction, resident bytes
+        self._next_sample = 0
+        self._dstate = None  # the Dask WorkerState of this process, if any
+
+    def disable(self) -> None:
+        self._enabled = False
+        self.on_start = self._off
+        self.on_end = self._off
+
+    def _off(self, *args, **kw) -> None:
+        pass
+
+    # -- the hot path: a dict lookup, a comparison, a few counters, one tuple appended; no lock.
+    # Counters are shared by threads but need no lock under the GIL: each update is one
+    # load-add-store with no call in between (``self.wsat += 1``, ``cell[0] += 1``, ``k.n += 1``), and
+    # CPython switches threads only at calls and backward jumps, so no update is ever lost.
+    def on_start(self, span, parent_context=None) -> None:
+        try:
+            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            t = span._start_time
+            if t >= self._next_sample:
+                self._sample(t)
+            ds = self._dstate
+            b = ds.nbytes if ds is not None else None
+            if k.compute:
+                cell = self._cells.get(get_ident()) or self._cell()
+                cell[0] += 1
+                self.wsat += 1
+                self._open[id(span._context)] = cell
+                self._ring.append((True, k, t, self.wsat, cell[1], cell[0], self._samp, b, 0))
+            else:
+                self._ring.append((True, k, t, self.wsat, None, 0, self._samp, b, 0))
+        except Exception as exc:
+            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+
+    def on_end(self, span) -> None:
+        try:
+            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            t = span._end_time
+            if t >= self._next_sample:
+                self._sample(t)
+            ds = self._dstate
+            b = ds.nbytes if ds is not None else None
+            if k.compute:
+                cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
+                cell[0] -= 1
+                self.wsat -= 1
+                self._ring.append((False, k, t, self.wsat, cell[1], cell[0], self._samp, b, 0))
+            else:
+                self._ring.append((False, k, t, self.wsat, None, 0, self._samp, b, 0))
+        except Exception as exc:
+            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+
+    def _on_start_esat(self, span, parent_context=None) -> None:
+        try:
+            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            t = span._start_time
+            if t >= self._next_sample:
+                self._sample(t)
+            ds = self._dstate
+            b = ds.nbytes if ds is not None else None
+            k.n += 1
+            if k.compute:
+                cell = self._cells.get(get_ident()) or self._cell()
+                cell[0] += 1
+                self.wsat += 1
+                self._open[id(span._context)] = cell
+                self._ring.append((True, k, t, self.wsat, cell[1], cell[0], self._samp, b, k.n))
+            else:
+                self._ring.append((True, k, t, self.wsat, None, 0, self._samp, b, k.n))
+        except Exception as exc:
+            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+
+    def _on_end_esat(self, span) -> None:
+        try:
+            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            t = span._end_time
+            if t >= self._next_sample:
+                self._sample(t)
+            ds = self._dstate
+            b = ds.nbytes if ds is not None else None
+            k.n -= 1
+            if k.compute:
+                cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
+                cell[0] -= 1
+                self.wsat -= 1
+                self._ring.append((False, k, t, self.wsat, cell[1], cell[0], self._samp, b, k.n))
+            else:
+                self._ring.append((False, k, t, self.wsat, None, 0, self._samp, b, k.n))
+        except Exception as exc:
+            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+
+    def _cell(self) -> list:
+        """This thread's psat counter (first task on this thread)."""
+        tid = get_ident()
+        with self._lock:
+            cell = self._cells.get(tid)
+            if cell is None:
+                cell = self._cells[tid] = [0, tid]
+        return cell
+
+    # -- sampled readings, at most every period
+    def _sample(self, t: int) -> None:
+        self._next_sample = t + self._period_ns
+        r = self._readings
+        self._samp = (r.loadavg() if self._want_load else _NAN,
+                      r.mem_free(t) if self._want_mem else _NAN,
+                      r.rss(t) if self._want_bytes else 0)
+        if self._want_bytes:
+            self._dstate = dask_state()
+        if len(self._open) > _OPEN_MAX or len(self._cells) > 256:  # bounded: spans never ended, threads gone
+            with self._lock:
+                if len(self._open) > _OPEN_MAX:
+                    self._open.clear()
+                if len(self._cells) > 256:
+                    alive = {th.ident for th in threading.enumerate()}
+                    for tid in [tid for tid, c in self._cells.items() if c[0] <= 0 and tid not in alive]:
+                        del self._cells[tid]
+
+    # -- live values, for the OTel gauges
+    def current(self, name: str, now_ns: int):
+        """The value a consumer would return now: a number, or for psat/esat a {key: n} dict."""
+        r = self._readings
+        if name == "wsat":
+            return self.wsat
+        if name == "psat":
+            return self.psat
+        if name == "esat":
+            return self.esat
+        if name == "loadavg":
+            return r.loadavg()
+        if name == "mem":
+            return r.mem_free(now_ns)
+        if name == "bytes":
+            ds = self._dstate if self._dstate is not None else dask_state()
+            return ds.nbytes if ds is not None else r.rss(now_ns)
+        raise KeyError(name)
+
+    # -- logs out
+    @property
+    def psat(self) -> dict[int, int]:
+        """Tasks running now per thread ident."""
+        return {c[1]: c[0] for c in list(self._cells.values())}
+
+    @property
+    def esat(self) -> dict[str, int]:
+        """Spans open now per category."""
+        return {k.category: k.n for k in self._classifier.categories()}
+
+    def fetch(self) -> dict[str, list]:
+        """{name: [sub-events]} since the last fetch (at most maxlen events), then clear."""
+        with self._lock:
+            ring, self._ring = self._ring, deque(maxlen=self.maxlen)
+            recs = list(ring)  # one C call under the GIL: a consistent copy
+        return self._materialize(recs, self.psat, self.esat)
+
+    def peek(self) -> dict[str, list]:
+        """The same streams, without clearing."""
+        recs = list(self._ring)
+        return self._materialize(recs, self.psat, self.esat)
+
+    def __len__(self) -> int:
+        return len(self._ring)
+
+    def _materialize(self, recs: list, psat_now: dict, esat_now: dict) -> dict[str, list]:
+        out: dict[str, list] = {}
+        names = self.names
+        if "core" in names:
+            out["core"] = [{"timestamp": r[2], "category": r[1].category, "kind": "start" if r[0] else "finish"}
+                           for r in recs]
+        if "wsat" in names:
+            out["wsat"] = [r[3] for r in recs]
+        if "psat" in names:
+            pid = os.getpid()
+            cur = _before(recs, psat_now, lambda r: r[4] if r[1].compute else None, 5)
+            stream = []
+            for r in recs:
+                if r[1].compute:
+                    cur[r[4]] = r[5]
+                stream.append([((pid, t), n) for t, n in cur.items() if n > 0])
+            out["psat"] = stream
+        if "esat" in names:
+            cur = _before(recs, esat_now, lambda r: r[1].category, 8)
+            stream = []
+            for r in recs:
+                cur[r[1].category] = r[8]
+                stream.append({c: n for c, n in cur.items() if n > 0})
+            out["esat"] = stream
+        if "loadavg" in names:
+            out["loadavg"] = [r[6][0] for r in recs]
+        if "mem" in names:
+            out["mem"] = [r[6][1] for r in recs]
+        if "bytes" in names:
+            out["bytes"] = [r[7] if r[7] is not None else r[6][2] for r in recs]
+        return {n: out[n] for n in names}
+
+    def __repr__(self) -> str:
+        return f"BuiltinLog({list(self.names)}, maxlen={self.maxlen})"
+
+
+def _before(recs: list, now: dict, key_of, idx: int) -> dict:
+    """Counter values before the first record: for keys the records touch, the first record's value
+    undone; for the others, today's value (nothing in the records changed them)."""
+    cur = dict(now)
+    seen = set()
+    for r in recs:
+        key = key_of(r)
+        if key is None or key in seen:
+            continue
+        seen.add(key)
+        cur[key] = r[idx] - (1 if r[0] else -1)
+    return cur

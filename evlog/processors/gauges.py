@@ -1,0 +1,94 @@
+"""The default consumers as OTel metrics: observable gauges read at collection time, nothing per span.
+
+Names (docs/conventions.md, section Consumers): evlog.worker.saturation, evlog.processor.saturation,
+evlog.event.saturation, system.cpu.load_average.1m, evlog.memory.free_fraction, evlog.bytes.allocated.
+A source is any object with ``current(name, now_ns)`` giving what the consumer of that name would return
+now (a number, or a {key: n} dict for psat and esat).
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+from evlog import _report
+
+# consumer name -> (metric, unit, description)
+METRICS = {
+    "wsat": ("evlog.worker.saturation", "{task}", "Tasks running in this process (Dagger's WorkerSaturation)"),
+    "psat": ("evlog.processor.saturation", "{task}", "Tasks running per processor, i.e. thread (Dagger's ProcessorSaturation)"),
+    "esat": ("evlog.event.saturation", "{event}", "Open spans per category (Dagger's EventSaturation)"),
+    "loadavg": ("system.cpu.load_average.1m", "{thread}", "1-minute load average of the host (Dagger's CPULoadAverages)"),
+    "mem": ("evlog.memory.free_fraction", "1", "Fraction of the host's memory that is available (Dagger's MemoryFree)"),
+    "bytes": ("evlog.bytes.allocated", "By", "Bytes of task results held by this Dask worker, else this process's resident bytes (Dagger's BytesAllocd)"),
+}
+
+
+def register(source, names, meter_provider=None) -> list:
+    """Create one observable gauge per known name in ``names``; returns the instruments."""
+    from opentelemetry import metrics
+
+    provider = meter_provider or metrics.get_meter_provider()
+    from evlog import __version__
+
+    meter = provider.get_meter("evlog.consumers", __version__)
+    out = []
+    for name in names:
+        if name not in METRICS:
+            continue
+        metric, unit, description = METRICS[name]
+        out.append(meter.create_observable_gauge(metric, callbacks=[_callback(source, name)], unit=unit,
+                                                 description=description))
+    return out
+
+
+def _callback(source, name: str):
+    from opentelemetry.metrics import Observation
+
+    def observe(options=None):
+        try:
+            value = source.current(name, time.time_ns())
+            if name == "psat":
+                names = {t.ident: t.name for t in threading.enumerate()}
+                return [Observation(n, {"evlog.processor": names.get(tid, str(tid)), "thread.id": tid})
+                        for tid, n in value.items()]
+            if name == "esat":
+                return [Observation(n, {"evlog.category": cat}) for cat, n in value.items()]
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                return []
+            return [Observation(value)]
+        except Exception as exc:
+            _report.warn_once(f"gauge-{name}", f"the {METRICS[name][0]} gauge could not be read: {exc!r}")
+            return []
+
+    return observe
+
+
+class ConsumersView:
+    """``current()`` over a MultiEventLog holding the built-in consumers (when EVLOG_CONSUMERS names one
+    that the fused default log cannot compute: id, timeline, full)."""
+
+    def __init__(self, log):
+        self.log = log
+        from .sampling import Readings
+
+        self._readings = Readings()
+
+    def current(self, name: str, now_ns: int):
+        c = self.log.consumers.get(name)
+        if name == "wsat":
+            return c.saturation if c is not None else None
+        if name == "psat":
+            return {proc[1]: n for proc, n in dict(c.saturation).items()} if c is not None else {}
+        if name == "esat":
+            return dict(c.saturation) if c is not None else {}
+        if name == "loadavg":
+            return self._readings.loadavg()
+        if name == "mem":
+            return self._readings.mem_free(now_ns)
+        if name == "bytes":
+            from .sampling import dask_state
+
+            ds = dask_state()
+            return ds.nbytes if ds is not None else self._readings.rss(now_ns)
+        raise KeyError(name)
