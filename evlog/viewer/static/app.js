@@ -1,0 +1,197 @@
+/* The dashboard's controller: fetches the panels, follows live updates (server-sent events), and
+   reconnects every 5 s when the server goes away. Pause freezes the display at the current instant;
+   the worker selector narrows every panel to one worker. */
+"use strict";
+(function () {
+  var $ = function (id) { return document.getElementById(id); };
+  var state = { worker: "", paused: false, waiting: 0, range: null, topic: "", task: null,
+    refreshing: false, again: false, version: -1, connected: false, es: null, retry: null };
+  EV.state = state;
+  EV.refreshes = 0;
+
+  EV.gantt = new EV.Gantt($("gantt"), $("gantt-tip"), function (hit) { showTask({ id: hit.id }); },
+    function (t0, t1) { state.range = [t0, t1]; $("gantt-reset").hidden = false; refreshGantt(); });
+
+  function status(cls, text) {
+    var s = $("status"); s.className = "status " + cls; s.textContent = text;
+  }
+
+  function message(text) {
+    var m = $("message"); m.hidden = !text; m.textContent = text || "";
+  }
+
+  function failed(what) {
+    return function (e) {
+      if (e && e.status === 401) return;
+      EV.log(what + " failed", e);
+    };
+  }
+
+  function refreshGantt() {
+    var p = { worker: state.worker };
+    if (state.range) { p.t0 = state.range[0]; p.t1 = state.range[1]; }
+    return EV.api("api/gantt", p).then(function (g) {
+      $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)");
+      var note = $("gantt-note"); note.hidden = !g.note; note.textContent = g.note || "";
+      EV.gantt.set(g);
+      var leg = $("gantt-legend"); leg.innerHTML = "";
+      g.prefixes.slice(0, 40).forEach(function (p) {
+        leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + EV.colour(p) }), p]));
+      });
+      if (g.prefixes.length > 40) leg.appendChild(EV.el("span", {}, "… " + (g.prefixes.length - 40) + " more"));
+      if (g.mode === "bars" && g.bars.length) leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:#fff;border:2px solid #d0312d" }), "error"]));
+    });
+  }
+
+  function refreshWorkers(ov) {
+    var sel = $("worker"), have = {};
+    Array.prototype.forEach.call(sel.options, function (o) { have[o.value] = true; });
+    ov.workers.forEach(function (w) { if (!have[w]) sel.appendChild(EV.el("option", { value: w }, w)); });
+  }
+
+  function refresh() {
+    if (state.refreshing) { state.again = true; return Promise.resolve(); }
+    state.refreshing = true;
+    var started = performance.now();
+    var jobs = [
+      EV.api("api/overview").then(function (ov) {
+        $("source").textContent = ov.source;
+        document.title = "evlog · " + ov.source;
+        EV.renderCounts($("counts"), ov);
+        refreshWorkers(ov);
+        $("metadata-section").hidden = !ov.has_metadata;
+        if (ov.has_metadata) return EV.api("api/metadata").then(function (m) { EV.renderMetadata($("metadata"), m.graphs); });
+      }).catch(failed("overview")),
+      refreshGantt().catch(failed("gantt")),
+      EV.api("api/plots", { worker: state.worker }).then(function (ps) { EV.renderPlots($("plots"), ps); }).catch(failed("plots")),
+      EV.api("api/dag", { worker: state.worker }).then(function (d) {
+        var note = $("dag-note"); note.hidden = !d.note; note.textContent = d.note || "";
+        EV.renderDag($("dag"), d, state.worker, showTask);
+      }).catch(failed("dag")),
+      refreshEvents().catch(failed("events")),
+    ];
+    if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
+    return Promise.all(jobs).then(function () {
+      state.refreshing = false;
+      EV.refreshes++;
+      EV.lastRefreshMs = performance.now() - started;
+      document.body.setAttribute("data-refreshes", EV.refreshes);
+      if (state.again) { state.again = false; return refresh(); }
+    });
+  }
+  EV.refresh = refresh;
+
+  function refreshEvents() {
+    return EV.api("api/events", { topic: state.topic }).then(function (d) {
+      EV.renderEvents($("topics"), $("events"), d, state.topic, function (t) { state.topic = t; refreshEvents(); });
+    });
+  }
+
+  function loadTask(sel) {
+    return EV.api("api/task", sel).then(function (t) {
+      $("task-key").textContent = t.key || (t.spans && t.spans[0] && t.spans[0].name) || "";
+      EV.renderTask($("task-body"), t);
+    }, function (e) {
+      if (e.status === 404) EV.renderTask($("task-body"), e.data || { found: false });
+      else throw e;
+    });
+  }
+
+  function showTask(sel) {
+    state.task = sel;
+    $("task-section").hidden = false;
+    return loadTask(sel).then(function () {
+      $("task-section").scrollIntoView({ behavior: "auto", block: "nearest" });
+    }).catch(failed("task"));
+  }
+  EV.showTask = showTask;
+
+  // ---- live updates
+
+  function connect() {
+    clearTimeout(state.retry);
+    if (state.es) state.es.close();
+    var url = "api/stream" + (EV.token ? "?token=" + encodeURIComponent(EV.token) : "");
+    var es = state.es = new EventSource(url);
+    status("connecting", "connecting");
+    es.addEventListener("open", function () {
+      state.connected = true;
+      EV.log("connected");
+      status(state.paused ? "paused" : "live", state.paused ? "paused" : "live");
+      message("");
+    });
+    es.addEventListener("update", function (e) {
+      var v = JSON.parse(e.data).version;
+      if (v === state.version) return;
+      state.version = v;
+      EV.updates = (EV.updates || 0) + 1;
+      if (state.paused) { state.waiting++; status("paused", "paused · " + state.waiting + " updates waiting"); return; }
+      refresh();
+    });
+    es.addEventListener("error", function () {
+      // the browser would retry on its own schedule; we close and retry every 5 s, as DaggerWebDash does
+      es.close();
+      if (state.es !== es) return;
+      EV.log("connection lost; reconnecting in 5 s");
+      retryLater();
+    });
+  }
+
+  function retryLater() {
+    state.connected = false;
+    status("down", "disconnected · retrying every 5 s");
+    clearTimeout(state.retry);
+    state.retry = setTimeout(function () {
+      // ask with a plain request first: a 401 shows the token dialog instead of looping
+      EV.api("api/overview").then(function () { state.version = -1; connect(); }, function (e) {
+        if (!(e && e.status === 401)) retryLater();
+      });
+    }, 5000);
+  }
+  EV.connect = connect;
+
+  // ---- controls
+
+  $("pause").addEventListener("click", function () {
+    state.paused = !state.paused;
+    $("pause").textContent = state.paused ? "Resume" : "Pause";
+    $("pause").classList.toggle("on", state.paused);
+    if (state.paused) { state.waiting = 0; status("paused", "paused"); }
+    else { status(state.connected ? "live" : "down", state.connected ? "live" : "disconnected · retrying every 5 s"); if (state.waiting) refresh(); state.waiting = 0; }
+  });
+  $("worker").addEventListener("change", function (e) { state.worker = e.target.value; refresh(); });
+  $("gantt-reset").addEventListener("click", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
+  $("gantt").addEventListener("dblclick", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
+  $("task-close").addEventListener("click", function () { state.task = null; $("task-section").hidden = true; });
+
+  // ---- token
+
+  EV.askToken = function () {
+    if (!$("token-dialog").hidden) return;
+    $("token-error").hidden = !EV.token;
+    $("token-dialog").hidden = false;
+    if (state.es) state.es.close();
+    status("down", "token needed");
+    $("token-input").focus();
+  };
+  $("token-form").addEventListener("submit", function (e) {
+    e.preventDefault();
+    EV.token = $("token-input").value;
+    sessionStorage.setItem("evlog-token", EV.token);
+    $("token-dialog").hidden = true;
+    start();
+  });
+
+  function start() {
+    EV.api("api/overview").then(function () { connect(); refresh(); }, function (e) {
+      if (e && e.status === 401) return;  // the dialog is up
+      status("down", "disconnected · retrying every 5 s");
+      message("The evlog server does not answer; retrying every 5 s.");
+      setTimeout(start, 5000);
+    });
+  }
+
+  var m = /token=([^&]+)/.exec(location.hash);
+  if (m) { EV.token = decodeURIComponent(m[1]); sessionStorage.setItem("evlog-token", EV.token); history.replaceState(null, "", location.pathname); }
+  start();
+})();

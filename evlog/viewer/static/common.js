@@ -1,0 +1,84 @@
+/* Shared helpers of the evlog dashboard: API calls (with the token), colours, formatting, DOM. */
+"use strict";
+var EV = window.EV = window.EV || {};
+
+EV.token = sessionStorage.getItem("evlog-token") || "";
+
+/** GET an API path; resolves to the parsed JSON, rejects with {status, data}. */
+EV.api = function (path, params) {
+  var q = new URLSearchParams();
+  Object.keys(params || {}).forEach(function (k) {
+    if (params[k] !== null && params[k] !== undefined && params[k] !== "") q.set(k, params[k]);
+  });
+  var url = path + (q.toString() ? "?" + q : "");
+  var headers = EV.token ? { Authorization: "Bearer " + EV.token } : {};
+  return fetch(url, { headers: headers, cache: "no-store" }).then(function (r) {
+    return r.json().catch(function () { return {}; }).then(function (data) {
+      if (!r.ok) {
+        if (r.status === 401 && EV.askToken) EV.askToken();
+        throw { status: r.status, data: data };
+      }
+      return data;
+    });
+  });
+};
+
+/** A stable colour per name (task prefix, process): the same name keeps its colour across updates. */
+EV.colour = function (name, light) {
+  var h = 2166136261, s = String(name);  // FNV-1a, then the golden ratio spreads the hues apart
+  for (var i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 16777619) >>> 0; }
+  var hue = Math.round((h * 0.618033988749895 % 1) * 360);
+  return "hsl(" + hue + "," + (55 + (h >>> 8) % 25) + "%," + (light ? 80 : 42 + (h >>> 16) % 14) + "%)";
+};
+
+EV.clock = function (secs, withDate) {
+  if (secs === null || secs === undefined) return "-";
+  var d = new Date(secs * 1000);
+  var iso = d.toISOString();
+  return withDate ? iso.replace("T", " ").slice(0, 23) : iso.slice(11, 23);
+};
+
+EV.duration = function (secs) {
+  if (secs < 1e-3) return (secs * 1e6).toFixed(0) + " µs";
+  if (secs < 1) return (secs * 1e3).toFixed(secs < 0.01 ? 2 : 1) + " ms";
+  if (secs < 120) return secs.toFixed(2) + " s";
+  return (secs / 60).toFixed(1) + " min";
+};
+
+EV.num = function (n) { return (n === null || n === undefined) ? "-" : Number(n).toLocaleString("en-US"); };
+
+/** el("td", {class: "x"}, "text" | node | [children]) */
+EV.el = function (tag, attrs, children) {
+  var e = document.createElement(tag);
+  Object.keys(attrs || {}).forEach(function (k) {
+    if (k === "onclick") e.addEventListener("click", attrs[k]);
+    else e.setAttribute(k, attrs[k]);
+  });
+  [].concat(children === undefined ? [] : children).forEach(function (c) {
+    if (c === null || c === undefined) return;
+    e.appendChild(typeof c === "object" ? c : document.createTextNode(String(c)));
+  });
+  return e;
+};
+
+EV.table = function (head, rows, rowClass) {
+  var t = EV.el("table", {}, [EV.el("thead", {}, EV.el("tr", {}, head.map(function (h) { return EV.el("th", {}, h); })))]);
+  var tb = EV.el("tbody");
+  rows.forEach(function (r, i) {
+    tb.appendChild(EV.el("tr", rowClass ? { "class": rowClass(i) || "" } : {}, r.map(function (c) {
+      return c && c.nodeType ? EV.el("td", {}, c) : EV.el("td", typeof c === "object" && c !== null && c.msg !== undefined ? { "class": "msg" } : {},
+        typeof c === "object" && c !== null && c.msg !== undefined ? c.msg : c);
+    })));
+  });
+  t.appendChild(tb);
+  return t;
+};
+
+EV.msg = function (body) {
+  return { msg: typeof body === "string" ? body : JSON.stringify(body) };
+};
+
+EV.log = function () {  /* informational messages go to the browser console, as DaggerWebDash does */
+  var args = ["[evlog]"].concat([].slice.call(arguments));
+  console.log.apply(console, args);
+};
