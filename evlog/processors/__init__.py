@@ -24,10 +24,10 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
     if not names:
         return None
     try:
-        from . import multieventlog as mel
+        from .registry import registry
 
-        if mel.registry.builtin is not None:
-            return mel.registry.builtin
+        if registry.builtin is not None:
+            return registry.builtin
         from opentelemetry import trace
 
         provider = tracer_provider or trace.get_tracer_provider()
@@ -40,6 +40,7 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
             provider.add_span_processor(log)
             source = log
         else:
+            from . import multieventlog as mel
             from .consumers import BUILTIN
 
             log = mel.MultiEventLog()
@@ -48,7 +49,7 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
                     log[name] = BUILTIN[name]()
             mel.set_log_sink(log, provider, default=False)
             source = gauges.ConsumersView(log)
-        mel.registry.builtin = log
+        registry.builtin = log
         gauges.register(source, names, meter_provider)
         return log
     except Exception as exc:

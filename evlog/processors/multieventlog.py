@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import threading
-import weakref
 from _thread import get_ident
 from typing import Any, Callable
 
@@ -24,6 +23,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from evlog import _report
 
+from .registry import registry
 from .spans import Classifier, task_id, worker_of
 
 __all__ = ["Event", "MultiEventLog", "set_log_sink", "unset_log_sink", "fetch_logs", "default_log"]
@@ -239,58 +239,6 @@ class _Dispatch(SpanProcessor):
                 _report.warn_once("dispatch-end", f"a log could not take a span finish: {exc!r}")
 
 
-class _Registry:
-    """Which logs are installed in this process, per tracer provider, and which one is the default."""
-
-    def __init__(self):
-        self.dispatch: "weakref.WeakKeyDictionary[Any, _Dispatch]" = weakref.WeakKeyDictionary()
-        self.default = None  # the log fetch_logs() returns
-        self.builtin = None  # the EVLOG_CONSUMERS log (evlog.processors.install_default)
-
-    def dispatch_for(self, provider) -> _Dispatch:
-        d = self.dispatch.get(provider)
-        if d is None:
-            d = self.dispatch[provider] = _Dispatch()
-            provider.add_span_processor(d)
-        return d
-
-    def after_fork_in_child(self) -> None:
-        logs = {id(log): log for d in list(self.dispatch.values()) for log in d.logs}
-        for extra in (self.default, self.builtin):
-            if extra is not None:
-                logs[id(extra)] = extra
-        for log in logs.values():
-            fresh = getattr(log, "_fresh", None)
-            if fresh is not None:
-                try:
-                    fresh()
-                except Exception as exc:
-                    _report.warn_once("fork-fresh", f"a log could not start afresh after fork: {exc!r}")
-
-
-registry = _Registry()
-
-
-def _after_fork_in_child() -> None:
-    registry.after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def reset() -> None:
-    """Forget installed logs (tests). Processors already on a provider stay there but get nothing."""
-    for d in list(registry.dispatch.values()):
-        d.logs = ()
-    registry.dispatch = weakref.WeakKeyDictionary()
-    registry.default = None
-    b = registry.builtin
-    registry.builtin = None
-    if b is not None and hasattr(b, "disable"):
-        b.disable()
-
-
 def _sdk_provider(provider=None):
     if provider is None:
         from opentelemetry import trace
@@ -311,7 +259,10 @@ def set_log_sink(log, provider=None, *, default: bool = True) -> bool:
         provider = _sdk_provider(provider)
         if provider is None:
             return False
-        d = registry.dispatch_for(provider)
+        d = registry.dispatch.get(provider)
+        if d is None:
+            d = registry.dispatch[provider] = _Dispatch()
+            provider.add_span_processor(d)
         if not any(x is log for x in d.logs):
             d.logs = d.logs + (log,)
         if default:
@@ -332,7 +283,7 @@ def unset_log_sink(log, provider=None) -> bool:
             d.logs = tuple(x for x in d.logs if x is not log)
             found = True
     if registry.default is log:
-        registry.default = registry.builtin
+        registry.default = None
     return found
 
 
