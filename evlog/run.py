@@ -50,7 +50,7 @@ def prepare(settings, environ, service: str):
                 run_dir = default_run_dir(os.getcwd(), service)
         except OSError as exc:
             run_dir = run_dir or os.path.join(os.getcwd(), "evlog-runs")
-            _report.warn_once("run-dir", f"cannot create the run folder {run_dir}: {exc.strerror or exc}; telemetry will be dropped")
+            _report.warn_once(f"runfolder-{exc.errno}", f"cannot create the run folder {run_dir}: {exc.strerror or exc}; telemetry will be dropped")
         environ["EVLOG_RUN_DIR"] = run_dir
         settings = settings.with_overrides(run_dir=run_dir)
     try:
@@ -106,7 +106,7 @@ def summary(path: str) -> str:
     )
     if dropped:
         text += f"; {dropped:,} dropped (could not be exported)"
-    if info.get("run_dir"):
+    if info.get("run_dir") and spans + events + points:
         text += f"\nevlog: see them with: evlog view {_shell_path(info['run_dir'])}"
     return text + "\n"
 

@@ -1,0 +1,114 @@
+"""Run every benchmark of the project and rewrite BENCHMARKS.md with what they print.
+
+Each benchmark measures plain and instrumented side by side in one run and prints one line per figure
+(`name: ratio R (plain X, evlog Y, unit)`); this collects those lines, with the machine, the date and
+the command, so every figure in BENCHMARKS.md comes from here.
+
+    python benchmarks/run_all.py            # full runs (tens of minutes)
+    python benchmarks/run_all.py --quick    # short runs, for a smoke check
+    python benchmarks/run_all.py startup pools   # only these
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+FIGURE = re.compile(r"^[\w.\-]+: .+$")
+
+GOALS = {  # what each benchmark is held to (from the issues)
+    "startup": "evlog adds at most half of what opentelemetry-instrument adds",
+    "dask_overhead": "at least 0.97 of plain Dask throughput",
+    "pools": "at least 0.9 of plain pool throughput for trivial calls",
+    "bridge": "record_event adds at most 30% to a raw Logger.emit",
+    "consumers": "the default consumer set adds at most 2 us per span",
+    "console": "at least 0.8 of plain throughput printing 200,000 lines",
+    "serve": "at least 20,000 spans/s stored by evlog serve",
+}
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem = 0
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def run(name: str, quick: bool, timeout: float) -> tuple[list[str], str]:
+    cmd = [sys.executable, os.path.join(HERE, f"{name}.py")] + (["--quick"] if quick else [])
+    t = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], f"timed out after {timeout:.0f} s"
+    lines = [l.strip() for l in proc.stdout.splitlines() if FIGURE.match(l.strip())]
+    status = f"{time.monotonic() - t:.0f} s" + ("" if proc.returncode == 0 else f", exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    return lines, status
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    args = ap.parse_args()
+    names = args.names or sorted(
+        f[:-3] for f in os.listdir(HERE) if f.endswith(".py") and f != "run_all.py" and not f.startswith("_")
+    )
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    flag = " --quick" if args.quick else ""
+    sections = _existing_sections(args.output)  # sections of benchmarks not run now are kept as they were
+    for name in names:
+        print(f"== {name}", flush=True)
+        lines, status = run(name, args.quick, args.timeout)
+        for l in lines:
+            print("  " + l, flush=True)
+        goal = GOALS.get(name, "see the benchmark docstring")
+        body = "\n".join(lines) if lines else "(no figures)"
+        sections[name] = (
+            f"## {name}\n\nGoal: {goal}.\nMeasured {now} by `python benchmarks/run_all.py{flag} {name}` "
+            f"(took {status}) on {machine()}.\n\n```\n{body}\n```\n"
+        )
+    text = (
+        "# Benchmarks\n\n"
+        "Every figure below is printed by the benchmark named in its section, measuring the plain and the\n"
+        "instrumented variant side by side in one run (interleaved, medians): ratios hold from machine to\n"
+        "machine where absolute times drift. `python benchmarks/run_all.py` reruns them all and rewrites this\n"
+        "file; `python benchmarks/run_all.py NAME` reruns one section.\n\n"
+        + "\n".join(sections[k] for k in sorted(sections))
+    )
+    with open(args.output, "w") as fh:
+        fh.write(text)
+    print(f"wrote {args.output}")
+
+
+def _existing_sections(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except OSError:
+        return {}
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    return {p.split("\n", 1)[0].strip(): "## " + p.rstrip() + "\n" for p in parts}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The run folder and exporter selection: all three signals, whole lines under concurrency, console."""
+from __future__ import annotations
+
+import json
+
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+
+SIGNALS_PROGRAM = """
+from opentelemetry import trace, metrics, _logs
+tracer = trace.get_tracer("t")
+counter = metrics.get_meter("m").create_counter("things", unit="{thing}")
+with tracer.start_as_current_span("outer") as span:
+    counter.add(3, {"kind": "a"})
+    _logs.get_logger("e").emit(event_name="something.happened", body={"n": 1, "nested": [1, "x", None]})
+"""
+
+
+def test_all_three_signals_land_in_the_run_folder_with_context(tmp_path):
+    run_instrumented(SIGNALS_PROGRAM, env=evlog_env(EVLOG_RUN_DIR=tmp_path, EVLOG_CONSUMERS="none"), check=True)
+    data = read_run_folder(str(tmp_path))
+    (span,) = [s for s in data["spans"] if s["name"] == "outer"]
+    (event,) = [l for l in data["logs"] if l["event_name"] == "something.happened"]
+    assert event["body"]["n"] == 1 and event["trace_id"] == span["trace_id"] and event["span_id"] == span["span_id"]
+    points = [m for m in data["metrics"] if m["name"] == "things"]
+    assert points and points[-1]["value"] == 3 and points[-1]["attributes"] == {"kind": "a"}
+
+
+def test_concurrent_processes_never_tear_or_interleave_lines(tmp_path):
+    code = """
+    import multiprocessing as mp
+    from opentelemetry import trace
+
+    def burst(i):
+        tracer = trace.get_tracer("t")
+        for j in range(300):
+            with tracer.start_as_current_span("burst") as s:
+                s.set_attribute("payload", "x" * 5000)   # lines far above PIPE_BUF
+                s.set_attribute("who", i)
+
+    if __name__ == "__main__":
+        procs = [mp.get_context("fork").Process(target=burst, args=(i,)) for i in range(6)]
+        for p in procs: p.start()
+        burst(-1)
+        for p in procs: p.join()
+    """
+    run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path, EVLOG_CONSUMERS="none"), check=True, timeout=180)
+    lines = 0
+    for f in tmp_path.glob("traces-*.jsonl"):
+        for line in f.read_text().splitlines():
+            json.loads(line)  # a torn or interleaved line would not parse
+            lines += 1
+    spans = read_run_folder(str(tmp_path))["spans"]
+    assert lines >= 7 and len([s for s in spans if s["name"] == "burst"]) == 7 * 300
+    assert {s["attributes"]["who"] for s in spans if s["name"] == "burst"} == set(range(-1, 6))
+
+
+def test_console_exporter_prints_spans_and_writes_no_run_folder(tmp_path):
+    env = evlog_env(OTEL_TRACES_EXPORTER="console", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    proc = run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('to-console').end()",
+                            env=env, cwd=tmp_path, check=True)
+    assert b'"name": "to-console"' in proc.stdout
+    assert not (tmp_path / "evlog-runs").exists()
+    assert "console" in proc.stderr.decode()
+
+
+def test_unknown_exporter_name_is_reported_and_the_program_runs(tmp_path):
+    env = evlog_env(OTEL_TRACES_EXPORTER="nosuchexporter", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    proc = run_instrumented("print('alive')", env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b"alive\n"
+    assert "no exporter named 'nosuchexporter'" in proc.stderr.decode()
+
+
+def test_unwritable_run_folder_gets_one_warning_and_the_program_carries_on(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = "from opentelemetry import trace\nfor i in range(5): trace.get_tracer('t').start_span('x').end()\nprint('carried on')"
+    proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=blocker / "run", EVLOG_CONSUMERS="none"))
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and b"carried on" in proc.stdout
+    assert "Traceback" not in err, err
+    assert err.count("cannot create the run folder") + err.count("cannot write to the run folder") == 1, err
+    assert "dropped" in err, err
