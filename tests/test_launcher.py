@@ -288,3 +288,16 @@ def test_other_installed_instrumentors_activate_when_their_library_is_imported(t
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "always"
     proc = run_instrumented("import os; print(os.environ.get('FAKE_ALWAYS'))", env=env, check=True)
     assert proc.stdout.strip() == b"None"
+
+
+def test_configure_in_code_without_the_launcher(tmp_path):
+    code = f"""
+    import evlog
+    from opentelemetry import trace
+    assert evlog.configure(run_dir={str(tmp_path / 'r')!r}, consumers="none") is True
+    assert evlog.configure() is False, "once per process"
+    with trace.get_tracer('t').start_as_current_span('in-code'): pass
+    """
+    subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=evlog_env(), check=True, timeout=60)
+    (span,) = read_run_folder(str(tmp_path / "r"))["spans"]
+    assert span["name"] == "in-code" and span["resource"]["service.name"] == "python"
