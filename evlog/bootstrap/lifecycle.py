@@ -19,6 +19,7 @@ import time
 from evlog import _report, stats
 
 EXIT_TIMEOUT = float(os.environ.get("EVLOG_EXIT_TIMEOUT", "5") or 5)
+FAILING_WAIT = 1.0  # how long exit still waits once an export has failed
 _before_flush: list = []
 _done_pid = -1  # the pid whose finish() has started (a forked child starts afresh)
 _finished = False
@@ -52,7 +53,14 @@ def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
 
     t = threading.Thread(target=run, name="evlog-flush", daemon=True)
     t.start()
-    t.join(max(0.0, deadline - time.monotonic()))
+    from evlog.exporters import select
+
+    cut = False
+    while t.is_alive() and time.monotonic() < deadline:
+        t.join(0.05)
+        if not cut and select.any_failed():  # the collector is failing: do not wait the full time for it
+            deadline = min(deadline, time.monotonic() + FAILING_WAIT)
+            cut = True
     return not t.is_alive() and all(results)
 
 
@@ -72,11 +80,14 @@ def finish() -> None:
                 _report.warn_once(f"before-flush-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
         from evlog.exporters import select
 
-        timeout = 1.0 if select.any_failed() else EXIT_TIMEOUT
+        timeout = FAILING_WAIT if select.any_failed() else EXIT_TIMEOUT
         start = time.monotonic()
         if not flush(timeout):
-            stats.incr("exit.flush_timeouts")
-            _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
+            from . import sdk
+
+            stats.incr("dropped.at_exit", sdk.queued())
+            if not select.any_failed():  # a failing exporter was reported already
+                _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
         _shutdown(max(0.2, timeout - (time.monotonic() - start)))
         stats.write_process_line()
     finally:

@@ -171,9 +171,26 @@ class _ToReport(logging.Handler):
             return
         if record.levelno < logging.WARNING:
             return
-        key = f"sdk-{record.name}"
-        first = msg.splitlines()[0] if msg else record.name
-        _report.warn_once(key, f"{first} (further messages like this are counted, not shown)")
+        first = (msg.splitlines()[0] if msg else record.name)[:300]
+        if record.name.startswith("opentelemetry.exporter"):
+            select.note_failure()
+            _report.warn_once(
+                "export",
+                f"exporting failed ({first}); retries are bounded, what cannot be sent is dropped and counted",
+            )
+            return
+        _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
+
+
+def queued() -> int:
+    """Items still waiting in this process's batch processors (dropped if exit cannot flush them)."""
+    n = 0
+    for p in _providers[:2]:
+        multi = getattr(p, "_active_span_processor", None) or getattr(p, "_multi_log_record_processor", None)
+        for proc in getattr(multi, "_span_processors", None) or getattr(multi, "_log_record_processors", None) or ():
+            q = getattr(getattr(proc, "_batch_processor", None), "_queue", None)
+            n += len(q) if q is not None else 0
+    return n
 
 
 def _route_sdk_logging() -> None:

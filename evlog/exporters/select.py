@@ -88,9 +88,17 @@ def _default_endpoint(protocol: str) -> str:
 _all: list = []  # every managed exporter of this process
 
 
+_noted = [False]
+
+
+def note_failure() -> None:
+    """An exporter said it is failing (retrying): exit will not wait long for it."""
+    _noted[0] = True
+
+
 def any_failed() -> bool:
     """Has any export failed in this process? (Then exit does not wait long for a dead collector.)"""
-    return any(e.failed for e in _all)
+    return _noted[0] or any(e.failed for e in _all)
 
 
 class _Lazy:
