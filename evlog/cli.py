@@ -192,7 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from evlog.viewer.receiver import OTLPReceiver
         from evlog.viewer.server import Dashboard
-        from evlog.viewer.store import Ingestor, Store, StoreError
+        from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
     except ImportError as e:
         raise CLIError(f"evlog serve needs the viewer extras: pip install 'evlog[view]' ({e})") from None
     try:
@@ -205,7 +205,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                      extra_status=lambda: _receiver_status(box.get("r"), ingestor))
     ingestor.listeners.append(dash.notify)
     receiver = OTLPReceiver(ingestor.submit, host=args.host, grpc_port=args.grpc_port, http_port=args.http_port,
-                            max_body=args.max_body, extra_routes=dash.install)
+                            max_body=args.max_body, extra_routes=dash.install, decode_proto=decode_for_store)
     box["r"] = receiver
     try:
         receiver.start()

@@ -6,6 +6,13 @@ CLI read while the writer writes, and the data survives a restart of the server.
 flat dicts of ``otlp_decode``; ``Ingestor`` queues them and one writer thread stores them in large
 transactions, so an exporter never waits on a query or on a per-row commit.
 
+Spans arrive two ways. From a run folder or OTLP/JSON they are row dicts, stored with attributes,
+events and links as JSON. From OTLP protobuf (`evlog serve`), ``decode_for_store`` keeps the parsed
+request: the writer takes the few columns the queries need straight from the message and keeps each
+span's protobuf bytes (``raw``), decoded with otlp_decode only when one task is looked at. Building a
+row dict per span and event costs about five times more than that, and would cap the server below
+the 20,000 spans/s it must store.
+
 Indexed by trace, task key, time and process: what the story, events, Gantt and summary ask for.
 A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` naming the file.
 """
@@ -19,8 +26,10 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
+from . import otlp_decode
+
 FORMAT = "evlog-store"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 # span categories: what the Gantt draws
 CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION = 0, 1, 2
@@ -34,8 +43,8 @@ CREATE TABLE IF NOT EXISTS processes (
 CREATE TABLE IF NOT EXISTS spans (
     id INTEGER PRIMARY KEY, trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, kind TEXT,
     start INTEGER, end INTEGER, status_code TEXT, status_message TEXT, task_key TEXT, prefix TEXT,
-    cat INTEGER, worker TEXT, thread TEXT, process INTEGER, n_events INTEGER,
-    attributes TEXT, events TEXT, links TEXT, scope TEXT);
+    cat INTEGER, worker TEXT, thread TEXT, process INTEGER, n_events INTEGER, deps TEXT,
+    attributes TEXT, events TEXT, links TEXT, raw BLOB, scope TEXT);
 CREATE INDEX IF NOT EXISTS spans_trace ON spans(trace_id);
 CREATE INDEX IF NOT EXISTS spans_key ON spans(task_key);
 CREATE INDEX IF NOT EXISTS spans_start ON spans(cat, start);
@@ -58,6 +67,81 @@ CREATE INDEX IF NOT EXISTS points_process ON points(process);
 """
 
 _TABLES = {"evlog_meta", "processes", "spans", "logs", "points"}
+
+
+_SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
+_STATUS_CODES = ("UNSET", "OK", "ERROR")
+_WANTED = frozenset(("dask.task.key", "dask.task.prefix", "dask.worker.address", "thread.id", "thread.name",
+                     "dask.task.dependencies"))
+
+
+def _columns(name: str, a: dict, res_worker: str) -> tuple:
+    """(task_key, prefix, cat, worker, thread, deps JSON) of a span, from its name and attributes."""
+    key = a.get("dask.task.key")
+    prefix = a.get("dask.task.prefix")
+    if prefix is None:
+        sp = name.find(" ")
+        prefix = name[sp + 1:] if sp >= 0 else None
+    if name.startswith("dask.task"):
+        cat, worker = CAT_SCHED_TASK, a.get("dask.worker.address") or ""
+    elif name.startswith(_EXEC_PREFIXES):
+        cat, worker = CAT_EXECUTION, a.get("dask.worker.address") or res_worker
+    else:
+        cat, worker = CAT_OTHER, res_worker
+    thread = a.get("thread.name") or a.get("thread.id")
+    deps = a.get("dask.task.dependencies")
+    return (None if key is None else str(key), None if prefix is None else str(prefix), cat, str(worker),
+            None if thread is None else str(thread), None if deps is None else _dumps(deps))
+
+
+class RawTraces:
+    """A parsed ExportTraceServiceRequest handed to the store as is (see decode_for_store)."""
+
+    __slots__ = ("message", "n")
+
+    def __init__(self, message: Any, n: int):
+        self.message = message
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def decode_for_store(signal: str, body: Any) -> Any:
+    """The receiver's protobuf decoder for `evlog serve`: traces are parsed and checked here (so a
+    malformed request still gets INVALID_ARGUMENT / 400 with decode_proto's message) and handed on
+    as RawTraces; logs and metrics become rows as usual."""
+    if signal != "traces":
+        return otlp_decode.decode_proto(signal, body)
+    cls = otlp_decode.request_class(signal)
+    if isinstance(body, cls):
+        message = body
+    else:
+        try:
+            message = cls.FromString(bytes(body))
+        except Exception:
+            return otlp_decode.decode_proto(signal, body)  # raises DecodeError saying why
+    n = 0
+    for rs in message.resource_spans:
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                if (len(sp.trace_id) != 16 or len(sp.span_id) != 8 or len(sp.parent_span_id) not in (0, 8)
+                        or not 0 <= sp.kind <= 5 or not 0 <= sp.status.code <= 2):
+                    otlp_decode.decode_proto(signal, message)  # raises DecodeError naming the span
+                    raise otlp_decode.DecodeError(f"resourceSpans: malformed span {sp.name[:60]!r}")
+                n += 1
+    return RawTraces(message, n)
+
+
+def _raw_rows(blobs: list[bytes]) -> list[dict]:
+    """Row dicts (otlp_decode's) of stored protobuf spans, in order."""
+    if not blobs:
+        return []
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    req = otlp_decode.request_class("traces")()
+    req.resource_spans.add().scope_spans.add().spans.extend(Span.FromString(b) for b in blobs)
+    return otlp_decode.decode_proto("traces", req)
 
 
 class StoreError(Exception):
@@ -93,6 +177,8 @@ class Store:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._proc_ids: dict[str, int] = {}
+        self._proc_worker: dict[int, str] = {}
+        self._proc_by_bytes: dict[bytes, int] = {}
         self.version = 0  # bumped after every committed batch
         self.closed = False
         if self.path and not create and not os.path.exists(self.path):
@@ -107,8 +193,14 @@ class Store:
             raise StoreError(f"{self.path}: not an evlog database ({e})") from None
         except sqlite3.Error as e:  # e.g. OperationalError: unable to open database file
             raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
-        for pid, rkey in self.conn.execute("SELECT id, rkey FROM processes"):
+        self._load_processes()
+
+    def _load_processes(self) -> None:
+        self._proc_ids = {}
+        self._proc_by_bytes = {}
+        for pid, rkey, worker in self.conn.execute("SELECT id, rkey, worker FROM processes"):
             self._proc_ids[rkey] = pid
+            self._proc_worker[pid] = worker or ""
 
     def _check_and_create(self, create: bool) -> None:
         c = self.conn
@@ -182,13 +274,16 @@ class Store:
         try:
             for signal, rows in batch:
                 if signal == "traces":
-                    self._span_tuples(rows, procs, spans)
+                    if isinstance(rows, RawTraces):
+                        self._raw_span_tuples(rows.message, spans)
+                    else:
+                        self._span_tuples(rows, procs, spans)
                 elif signal == "logs":
                     self._log_tuples(rows, procs, logs)
                 elif signal == "metrics":
                     self._point_tuples(rows, procs, points)
             if spans:
-                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
+                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
             if logs:
                 c.executemany("INSERT INTO logs VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?)", logs)
             if points:
@@ -199,7 +294,7 @@ class Store:
                 c.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            self._proc_ids = {rk: pid for pid, rk in c.execute("SELECT id, rkey FROM processes")}
+            self._load_processes()
             raise
         self.version += 1
         return len(spans) + len(logs) + len(points)
@@ -225,6 +320,7 @@ class Store:
                 (rkey, label, service, role, ppid if isinstance(ppid, int) else None, host, str(worker), rkey))
             pid = cur.lastrowid
             self._proc_ids[rkey] = pid
+            self._proc_worker[pid] = str(worker)
         memo[id(resource)] = pid
         return pid
 
@@ -234,31 +330,80 @@ class Store:
             a = r["attributes"]
             res = r["resource"]
             name = r["name"]
-            key = a.get("dask.task.key")
-            prefix = a.get("dask.task.prefix")
-            if prefix is None:
-                sp = name.find(" ")
-                prefix = name[sp + 1:] if sp >= 0 else None
-            if name.startswith("dask.task"):
-                cat = CAT_SCHED_TASK
-                worker = a.get("dask.worker.address") or ""
-            elif name.startswith(_EXEC_PREFIXES):
-                cat = CAT_EXECUTION
-                worker = a.get("dask.worker.address") or res.get("dask.worker.address") or ""
-            else:
-                cat = CAT_OTHER
-                worker = res.get("dask.worker.address") or ""
-            thread = a.get("thread.name") or a.get("thread.id")
+            pid = self._process(res, memo)
+            key, prefix, cat, worker, thread, deps = _columns(name, a, self._proc_worker.get(pid, ""))
             events = r["events"]
             links = r["links"]
             append((
                 r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], r["start"], r["end"],
-                r["status_code"], r["status_message"], None if key is None else str(key),
-                None if prefix is None else str(prefix), cat, str(worker),
-                None if thread is None else str(thread), self._process(res, memo), len(events),
+                r["status_code"], r["status_message"], key, prefix, cat, worker, thread, pid, len(events), deps,
                 _dumps(a) if a else "{}", _dumps(events) if events else "[]",
-                _dumps(links) if links else "[]", r["scope"],
+                _dumps(links) if links else "[]", None, r["scope"],
             ))
+
+    def _raw_span_tuples(self, message: Any, out: list) -> None:
+        """Columns straight from an ExportTraceServiceRequest (validated by decode_for_store).
+
+        The hot loop of `evlog serve`: string attributes are read directly, only the few keys the
+        queries use are looked at, and the span itself is kept as its protobuf bytes."""
+        append = out.append
+        kinds = _SPAN_KINDS
+        codes = _STATUS_CODES
+        wanted = _WANTED
+        pb_any = otlp_decode._pb_any
+        sched, execution, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_OTHER
+        exec_prefixes = _EXEC_PREFIXES
+        for rs in message.resource_spans:
+            pid = self._process_pb(rs.resource)
+            res_worker = self._proc_worker.get(pid, "")
+            for ss in rs.scope_spans:
+                scope = ss.scope.name
+                for sp in ss.spans:
+                    key = prefix = worker = thread = deps = None
+                    for kv in sp.attributes:
+                        k = kv.key
+                        if k in wanted:
+                            v = kv.value
+                            if k == "dask.task.key":
+                                key = v.string_value if v.HasField("string_value") else str(pb_any(v))
+                            elif k == "dask.task.prefix":
+                                prefix = v.string_value if v.HasField("string_value") else str(pb_any(v))
+                            elif k == "dask.worker.address":
+                                worker = v.string_value if v.HasField("string_value") else str(pb_any(v))
+                            elif k == "dask.task.dependencies":
+                                deps = _dumps(pb_any(v))
+                            elif thread is None or k == "thread.name":
+                                thread = str(pb_any(v))
+                    name = sp.name
+                    if prefix is None:
+                        i = name.find(" ")
+                        if i >= 0:
+                            prefix = name[i + 1:]
+                    if name.startswith("dask.task"):
+                        cat, worker = sched, worker or ""
+                    elif name.startswith(exec_prefixes):
+                        cat, worker = execution, worker or res_worker
+                    else:
+                        cat, worker = other, res_worker
+                    st = sp.status
+                    append((
+                        sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), name, kinds[sp.kind],
+                        sp.start_time_unix_nano, sp.end_time_unix_nano, codes[st.code], st.message, key, prefix,
+                        cat, worker, thread, pid, len(sp.events), deps, None, None, None,
+                        sp.SerializeToString(), scope,
+                    ))
+
+    def _process_pb(self, resource: Any) -> int:
+        b = resource.SerializeToString(deterministic=True)
+        pid = self._proc_by_bytes.get(b)
+        if pid is None:
+            req = otlp_decode.request_class("traces")()
+            rs = req.resource_spans.add()
+            rs.resource.CopyFrom(resource)
+            rs.scope_spans.add().spans.add(trace_id=b"\1" * 16, span_id=b"\1" * 8)
+            pid = self._process(otlp_decode.decode_proto("traces", req)[0]["resource"], {})
+            self._proc_by_bytes[b] = pid
+        return pid
 
     def _log_tuples(self, rows: list[dict], memo: dict, out: list) -> None:
         append = out.append
@@ -332,10 +477,12 @@ class Store:
         name in ``event``.
         """
         out = []
-        for name, events, worker, label in self._q(
-                "SELECT s.name, s.events, s.worker, p.label FROM spans s LEFT JOIN processes p "
-                "ON p.id = s.process WHERE s.task_key = ? ORDER BY s.start", (key,)):
-            for ev in _loads(events) or ():
+        rows = self._q("SELECT s.name, s.events, s.raw, s.worker, p.label FROM spans s LEFT JOIN processes p "
+                       "ON p.id = s.process WHERE s.task_key = ? ORDER BY s.start", (key,))
+        raws = iter(_raw_rows([r[2] for r in rows if r[2] is not None]))
+        for name, events, raw, worker, label in rows:
+            evs = next(raws)["events"] if raw is not None else (_loads(events) or ())
+            for ev in evs:
                 a = ev.get("attributes") or {}
                 out.append({
                     "time": ev.get("time", 0), "event": ev.get("name", ""),
@@ -353,7 +500,7 @@ class Store:
             rows = self._q(_SPAN_SELECT + " WHERE s.task_key = ? ORDER BY s.start", (key,))
         else:
             rows = self._q(_SPAN_SELECT + " WHERE s.span_id = ? ORDER BY s.start", (span_id or "",))
-        return [_span_dict(r) for r in rows]
+        return _span_dicts(rows)
 
     def span_logs(self, span_ids: list[str], key: str | None = None, limit: int = 500) -> list[dict]:
         """Events emitted inside these spans, or naming the task key."""
@@ -424,11 +571,11 @@ class Store:
 
     def span_by_id(self, row_id: int) -> dict | None:
         rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
-        return _span_dict(rows[0]) if rows else None
+        return _span_dicts(rows)[0] if rows else None
 
     def dependencies(self, limit: int | None = None) -> list[tuple]:
         """(task_key, prefix, status_code, worker, dependencies JSON or None) per scheduler task span."""
-        sql = ("SELECT task_key, prefix, status_code, worker, json_extract(attributes, '$.\"dask.task.dependencies\"') "
+        sql = ("SELECT task_key, prefix, status_code, worker, deps "
                "FROM spans WHERE cat = 1 AND task_key IS NOT NULL ORDER BY start")
         if limit is not None:
             return self._q(sql + " LIMIT ?", (limit,))
@@ -453,16 +600,24 @@ class Store:
 
 _SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "
                 "s.status_code, s.status_message, s.task_key, s.prefix, s.worker, s.thread, p.label, "
-                "s.attributes, s.events FROM spans s LEFT JOIN processes p ON p.id = s.process")
+                "s.attributes, s.events, s.raw FROM spans s LEFT JOIN processes p ON p.id = s.process")
 _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start", "end", "status_code",
               "status_message", "task_key", "prefix", "worker", "thread", "process")
 
 
-def _span_dict(r: tuple) -> dict:
-    d = dict(zip(_SPAN_COLS, r))
-    d["attributes"] = _loads(r[15])
-    d["events"] = _loads(r[16]) or []
-    return d
+def _span_dicts(rows: list[tuple]) -> list[dict]:
+    raws = iter(_raw_rows([r[17] for r in rows if r[17] is not None]))
+    out = []
+    for r in rows:
+        d = dict(zip(_SPAN_COLS, r))
+        if r[17] is not None:
+            full = next(raws)
+            d["attributes"], d["events"] = full["attributes"], full["events"]
+        else:
+            d["attributes"] = _loads(r[15])
+            d["events"] = _loads(r[16]) or []
+        out.append(d)
+    return out
 
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
