@@ -111,6 +111,8 @@ class OTLPReceiver:
 
     ``grpc_port`` / ``http_port``: 0 picks a free port, None leaves that transport off.
     ``extra_routes``: aiohttp route definitions, or a callable ``(app) -> None``, added to the HTTP app.
+    ``decode_proto``: ``(signal, body) -> rows`` for protobuf bodies (default otlp_decode's); it raises
+    DecodeError for a malformed body, and what it returns (anything with a length) goes to the sink.
     """
 
     def __init__(
@@ -122,8 +124,10 @@ class OTLPReceiver:
         max_body: int = DEFAULT_MAX_BODY,
         extra_routes: Any = None,
         grpc_workers: int = 4,
+        decode_proto: Callable[[str, bytes], Any] = decode_proto,
     ):
         self._sink = sink
+        self._decode_proto = decode_proto  # evlog serve passes one that keeps spans as protobuf
         self.host = host
         self._want_grpc = grpc_port
         self._want_http = http_port
@@ -348,7 +352,7 @@ class OTLPReceiver:
                 self._count_rejected(failure[2])
                 context.abort(getattr(grpc.StatusCode, failure[1]), failure[2])
             try:
-                rows = decode_proto(signal, body)
+                rows = self._decode_proto(signal, body)
             except DecodeError as e:
                 self._count_rejected(str(e))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
@@ -429,7 +433,7 @@ class OTLPReceiver:
                 raise _Reject(400, "INVALID_ARGUMENT", str(e)) from None
         else:
             try:
-                rows = decode_proto(signal, body)
+                rows = self._decode_proto(signal, body)
             except DecodeError as e:
                 raise _Reject(400, "INVALID_ARGUMENT", str(e)) from None
         rejected, message = self._deliver(signal, rows)
