@@ -1,13 +1,15 @@
 """The default log (EVLOG_CONSUMERS), fused into one span processor so that it costs almost nothing.
 
-It gives the same streams as a MultiEventLog holding the built-in consumers of the same names (core,
-wsat, psat, esat, loadavg, mem, bytes), but does the least per span: on start and finish it updates a
-few counters and appends one tuple to a bounded ring; the sub-events are built when the log is fetched.
-The sampled readings (load average, free memory, the process's resident bytes) are taken at most every
-``sample_period_s`` (on the first span after the period, or at metric collection), never per span; the
-bytes held by a Dask worker (``WorkerState.nbytes``) are read per event, as it is a plain attribute.
+It gives the streams of a MultiEventLog holding the built-in consumers of the same names (core, wsat,
+psat, esat, loadavg, mem, bytes), but does the least per span: a task execution or a transfer (the
+spans that change those streams) updates a counter and appends one small tuple to a bounded ring; any
+other span costs one dict lookup (unless core or esat is on: then every span is recorded, as Dagger
+does). Sub-events are built from the ring when the log is fetched. Sampled readings (load average,
+free memory, the process's resident bytes) are taken at most every ``sample_period_s`` (on the first
+recorded span after the period, or at metric collection), never per span; the bytes held by a Dask
+worker (``WorkerState.nbytes``) are read per event, being a plain attribute.
 
-No lock is taken per span (see the hot path's comment for why no counter update is lost).
+No lock is taken per span: see the comment on the hot path.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from .spans import Classifier
 FAST_NAMES = frozenset({"core", "wsat", "psat", "esat", "loadavg", "mem", "bytes"})
 _NAN = float("nan")
 _OPEN_MAX = 100_000
+_CELLS_MAX = 256
 
 
 class BuiltinLog(SpanProcessor):
@@ -38,13 +41,13 @@ class BuiltinLog(SpanProcessor):
             raise ValueError(f"BuiltinLog cannot compute {bad} (it knows {sorted(FAST_NAMES)})")
         self.names = names
         self.maxlen = maxlen
+        self.record_all = "core" in names or "esat" in names
         self._want_load = "loadavg" in names
         self._want_mem = "mem" in names
         self._want_bytes = "bytes" in names
         self._period_ns = int(sample_period_s * 1e9)
         self._readings = Readings(sample_period_s)
-        self._enabled = True
-        if "esat" in names:  # every span changes a shared counter: take the lock for all of them
+        if "esat" in names:
             self.on_start = self._on_start_esat
             self.on_end = self._on_end_esat
         self._fresh()
@@ -53,61 +56,62 @@ class BuiltinLog(SpanProcessor):
         """Empty state: at creation, and in a forked child (its parent's open spans are not its own)."""
         self._lock = threading.Lock()  # for fetch and the slow paths, never taken per span
         self._ring: deque = deque(maxlen=self.maxlen)
-        self.wsat = 0
-        self._cells: dict[int, list] = {}  # thread ident -> [running tasks, ident]: psat
+        self._cells: dict[int, list] = {}  # thread ident -> [tasks running on it, ident]: psat (and wsat)
         self._open: dict[int, list] = {}  # id(span context) -> the cell its task was counted in
-        self._classifier = Classifier()  # Kind.n counts open spans per category: esat
+        self._classifier = Classifier(self.record_all)  # Kind.n counts open spans per category: esat
         self._kinds = self._classifier.kinds
         self._samp = (_NAN, _NAN, 0)  # loadavg, free memory fraction, resident bytes
         self._next_sample = 0
         self._dstate = None  # the Dask WorkerState of this process, if any
 
     def disable(self) -> None:
-        self._enabled = False
         self.on_start = self._off
         self.on_end = self._off
 
     def _off(self, *args, **kw) -> None:
         pass
 
-    # -- the hot path: a dict lookup, a comparison, a few counters, one tuple appended; no lock.
-    # Counters are shared by threads but need no lock under the GIL: each update is one
-    # load-add-store with no call in between (``self.wsat += 1``, ``cell[0] += 1``, ``k.n += 1``), and
-    # CPython switches threads only at calls and backward jumps, so no update is ever lost.
+    # -- the hot path. Records are tuples of atoms (category string, ints, the shared readings tuple),
+    # which the garbage collector stops tracking, so a full ring costs collections nothing.
+    # Counters are shared by threads yet need no lock under the GIL: each update is one load-add-store
+    # with no call in between (``cell[0] += 1``, ``k.n += 1``), and CPython switches threads only at
+    # calls and backward jumps, so no update is ever lost.
     def on_start(self, span, parent_context=None) -> None:
         try:
             k = self._kinds.get(span._name) or self._classifier.classify(span._name)
-            t = span._start_time
-            if t >= self._next_sample:
-                self._sample(t)
-            ds = self._dstate
-            b = ds.nbytes if ds is not None else None
-            if k.compute:
-                cell = self._cells.get(get_ident()) or self._cell()
-                cell[0] += 1
-                self.wsat += 1
-                self._open[id(span._context)] = cell
-                self._ring.append((True, k, t, self.wsat, cell[1], cell[0], self._samp, b, 0))
-            else:
-                self._ring.append((True, k, t, self.wsat, None, 0, self._samp, b, 0))
+            if k.record:
+                t = span._start_time
+                if t >= self._next_sample:
+                    self._sample(t)
+                ds = self._dstate
+                if k.compute:
+                    cell = self._cells.get(get_ident()) or self._cell()
+                    cell[0] += 1
+                    self._open[id(span._context)] = cell
+                    self._ring.append((True, "compute", t, cell[1], cell[0], self._samp,
+                                       ds.nbytes if ds is not None else None, 0))
+                else:
+                    self._ring.append((True, k.category, t, None, 0, self._samp,
+                                       ds.nbytes if ds is not None else None, 0))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
     def on_end(self, span) -> None:
         try:
             k = self._kinds.get(span._name) or self._classifier.classify(span._name)
-            t = span._end_time
-            if t >= self._next_sample:
-                self._sample(t)
-            ds = self._dstate
-            b = ds.nbytes if ds is not None else None
-            if k.compute:
-                cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
-                cell[0] -= 1
-                self.wsat -= 1
-                self._ring.append((False, k, t, self.wsat, cell[1], cell[0], self._samp, b, 0))
-            else:
-                self._ring.append((False, k, t, self.wsat, None, 0, self._samp, b, 0))
+            if k.record:
+                t = span._end_time
+                if t >= self._next_sample:
+                    self._sample(t)
+                ds = self._dstate
+                if k.compute:
+                    cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
+                    cell[0] -= 1
+                    self._ring.append((False, "compute", t, cell[1], cell[0], self._samp,
+                                       ds.nbytes if ds is not None else None, 0))
+                else:
+                    self._ring.append((False, k.category, t, None, 0, self._samp,
+                                       ds.nbytes if ds is not None else None, 0))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
@@ -118,16 +122,16 @@ class BuiltinLog(SpanProcessor):
             if t >= self._next_sample:
                 self._sample(t)
             ds = self._dstate
-            b = ds.nbytes if ds is not None else None
             k.n += 1
             if k.compute:
                 cell = self._cells.get(get_ident()) or self._cell()
                 cell[0] += 1
-                self.wsat += 1
                 self._open[id(span._context)] = cell
-                self._ring.append((True, k, t, self.wsat, cell[1], cell[0], self._samp, b, k.n))
+                self._ring.append((True, "compute", t, cell[1], cell[0], self._samp,
+                                   ds.nbytes if ds is not None else None, k.n))
             else:
-                self._ring.append((True, k, t, self.wsat, None, 0, self._samp, b, k.n))
+                self._ring.append((True, k.category, t, None, 0, self._samp,
+                                   ds.nbytes if ds is not None else None, k.n))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
@@ -138,15 +142,15 @@ class BuiltinLog(SpanProcessor):
             if t >= self._next_sample:
                 self._sample(t)
             ds = self._dstate
-            b = ds.nbytes if ds is not None else None
             k.n -= 1
             if k.compute:
                 cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
                 cell[0] -= 1
-                self.wsat -= 1
-                self._ring.append((False, k, t, self.wsat, cell[1], cell[0], self._samp, b, k.n))
+                self._ring.append((False, "compute", t, cell[1], cell[0], self._samp,
+                                   ds.nbytes if ds is not None else None, k.n))
             else:
-                self._ring.append((False, k, t, self.wsat, None, 0, self._samp, b, k.n))
+                self._ring.append((False, k.category, t, None, 0, self._samp,
+                                   ds.nbytes if ds is not None else None, k.n))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
@@ -168,16 +172,31 @@ class BuiltinLog(SpanProcessor):
                       r.rss(t) if self._want_bytes else 0)
         if self._want_bytes:
             self._dstate = dask_state()
-        if len(self._open) > _OPEN_MAX or len(self._cells) > 256:  # bounded: spans never ended, threads gone
+        if len(self._open) > _OPEN_MAX or len(self._cells) > _CELLS_MAX:  # spans never ended, threads gone
             with self._lock:
                 if len(self._open) > _OPEN_MAX:
                     self._open.clear()
-                if len(self._cells) > 256:
+                if len(self._cells) > _CELLS_MAX:
                     alive = {th.ident for th in threading.enumerate()}
                     for tid in [tid for tid, c in self._cells.items() if c[0] <= 0 and tid not in alive]:
                         del self._cells[tid]
 
     # -- live values, for the OTel gauges
+    @property
+    def psat(self) -> dict[int, int]:
+        """Tasks running now per thread ident."""
+        return {c[1]: c[0] for c in list(self._cells.values())}
+
+    @property
+    def wsat(self) -> int:
+        """Tasks running now in this process."""
+        return sum(c[0] for c in list(self._cells.values()))
+
+    @property
+    def esat(self) -> dict[str, int]:
+        """Spans open now per category (counted only when esat is on)."""
+        return {k.category: k.n for k in self._classifier.categories()}
+
     def current(self, name: str, now_ns: int):
         """The value a consumer would return now: a number, or for psat/esat a {key: n} dict."""
         r = self._readings
@@ -197,18 +216,8 @@ class BuiltinLog(SpanProcessor):
         raise KeyError(name)
 
     # -- logs out
-    @property
-    def psat(self) -> dict[int, int]:
-        """Tasks running now per thread ident."""
-        return {c[1]: c[0] for c in list(self._cells.values())}
-
-    @property
-    def esat(self) -> dict[str, int]:
-        """Spans open now per category."""
-        return {k.category: k.n for k in self._classifier.categories()}
-
     def fetch(self) -> dict[str, list]:
-        """{name: [sub-events]} since the last fetch (at most maxlen events), then clear."""
+        """{name: [sub-events]} since the last fetch (the last maxlen events at most), then clear."""
         with self._lock:
             ring, self._ring = self._ring, deque(maxlen=self.maxlen)
             recs = list(ring)  # one C call under the GIL: a consistent copy
@@ -216,57 +225,55 @@ class BuiltinLog(SpanProcessor):
 
     def peek(self) -> dict[str, list]:
         """The same streams, without clearing."""
-        recs = list(self._ring)
-        return self._materialize(recs, self.psat, self.esat)
+        return self._materialize(list(self._ring), self.psat, self.esat)
 
     def __len__(self) -> int:
         return len(self._ring)
 
     def _materialize(self, recs: list, psat_now: dict, esat_now: dict) -> dict[str, list]:
+        # a record: (is_start, category, timestamp, thread or None, tasks on it after, readings, dask bytes, esat after)
         out: dict[str, list] = {}
         names = self.names
         if "core" in names:
-            out["core"] = [{"timestamp": r[2], "category": r[1].category, "kind": "start" if r[0] else "finish"}
-                           for r in recs]
-        if "wsat" in names:
-            out["wsat"] = [r[3] for r in recs]
-        if "psat" in names:
+            out["core"] = [{"timestamp": r[2], "category": r[1], "kind": "start" if r[0] else "finish"} for r in recs]
+        if "wsat" in names or "psat" in names:
             pid = os.getpid()
-            cur = _before(recs, psat_now, lambda r: r[4] if r[1].compute else None, 5)
-            stream = []
+            cur = _before(recs, psat_now, 3, 4)
+            wsat, psat = [], []
             for r in recs:
-                if r[1].compute:
-                    cur[r[4]] = r[5]
-                stream.append([((pid, t), n) for t, n in cur.items() if n > 0])
-            out["psat"] = stream
+                if r[3] is not None:
+                    cur[r[3]] = r[4]
+                wsat.append(sum(n for n in cur.values() if n > 0))
+                psat.append([((pid, t), n) for t, n in cur.items() if n > 0])
+            out["wsat"], out["psat"] = wsat, psat
         if "esat" in names:
-            cur = _before(recs, esat_now, lambda r: r[1].category, 8)
+            cur = _before(recs, esat_now, 1, 7)
             stream = []
             for r in recs:
-                cur[r[1].category] = r[8]
+                cur[r[1]] = r[7]
                 stream.append({c: n for c, n in cur.items() if n > 0})
             out["esat"] = stream
         if "loadavg" in names:
-            out["loadavg"] = [r[6][0] for r in recs]
+            out["loadavg"] = [r[5][0] for r in recs]
         if "mem" in names:
-            out["mem"] = [r[6][1] for r in recs]
+            out["mem"] = [r[5][1] for r in recs]
         if "bytes" in names:
-            out["bytes"] = [r[7] if r[7] is not None else r[6][2] for r in recs]
+            out["bytes"] = [r[6] if r[6] is not None else r[5][2] for r in recs]
         return {n: out[n] for n in names}
 
     def __repr__(self) -> str:
         return f"BuiltinLog({list(self.names)}, maxlen={self.maxlen})"
 
 
-def _before(recs: list, now: dict, key_of, idx: int) -> dict:
-    """Counter values before the first record: for keys the records touch, the first record's value
-    undone; for the others, today's value (nothing in the records changed them)."""
+def _before(recs: list, now: dict, key_at: int, value_at: int) -> dict:
+    """Counter values just before the first record: for keys the records touch, the first such record's
+    value undone; for the others, today's value (nothing in the records changed them)."""
     cur = dict(now)
     seen = set()
     for r in recs:
-        key = key_of(r)
+        key = r[key_at]
         if key is None or key in seen:
             continue
         seen.add(key)
-        cur[key] = r[idx] - (1 if r[0] else -1)
+        cur[key] = r[value_at] - (1 if r[0] else -1)
     return cur

@@ -27,12 +27,13 @@ _CACHE_MAX = 4096  # distinct span names remembered; past that the cache is clea
 class Kind:
     """What a span name stands for: its category, and whether it is a compute or a move."""
 
-    __slots__ = ("category", "compute", "move", "n")
+    __slots__ = ("category", "compute", "move", "record", "n")
 
-    def __init__(self, category: str):
+    def __init__(self, category: str, record_all: bool = True):
         self.category = category
         self.compute = category == COMPUTE
         self.move = category == MOVE
+        self.record = record_all or self.compute or self.move  # does the default log keep its events
         self.n = 0  # spans of this category open now (kept by the default log, for esat)
 
     def __repr__(self) -> str:
@@ -51,10 +52,11 @@ def category_of(name: str) -> str:
 class Classifier:
     """Span name -> Kind, remembered (one dict lookup per span on the hot path)."""
 
-    __slots__ = ("kinds", "_by_category", "_lock")
+    __slots__ = ("kinds", "record_all", "_by_category", "_lock")
 
-    def __init__(self):
+    def __init__(self, record_all: bool = True):
         self.kinds: dict[str, Kind] = {}
+        self.record_all = record_all
         self._by_category: dict[str, Kind] = {}
         self._lock = threading.Lock()
 
@@ -66,7 +68,7 @@ class Classifier:
             if kind is None:
                 if len(self._by_category) >= _CACHE_MAX:  # keep those with open spans: their counts live on
                     self._by_category = {c: k for c, k in self._by_category.items() if k.n}
-                kind = self._by_category[cat] = Kind(cat)
+                kind = self._by_category[cat] = Kind(cat, self.record_all)
             if len(self.kinds) >= _CACHE_MAX:
                 self.kinds.clear()
             self.kinds[name] = kind
