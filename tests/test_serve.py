@@ -1,0 +1,456 @@
+"""`evlog serve` as a user runs it: a real process taking OTLP from the standard exporters over gRPC and
+HTTP (protobuf), and OTLP/JSON over HTTP; storing into SQLite that survives a restart; refusing bad
+input with the protocol's status and counting it; feeding summary/story/events and the dashboard API,
+live updates included. Plus the dashboard's data shaping (Gantt aggregation, metadata x axis)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from synthetic_run import make_run, resource, span, traces_request
+
+from evlog import cli
+from evlog.viewer import server as dash
+from evlog.viewer.runfolder import RunFolder
+from evlog.viewer.store import Store, decode_for_store
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Serve:
+    """`python -m evlog.cli serve` on free loopback ports; stopped with SIGTERM."""
+
+    def __init__(self, db: str, *extra: str, grpc: int | None = None, http: int | None = None):
+        self.db = db
+        self.grpc = grpc or free_port()
+        self.http = http or free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evlog.cli", "serve", "--db", db, "--grpc-port", str(self.grpc),
+             "--http-port", str(self.http), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"evlog serve exited: {self.out} {self.proc.stderr.read()}")
+            self.out.append(line)
+            if "dashboard at" in line:
+                self.url = re.search(r"(http://\S+/)", line).group(1)
+                return
+        self.proc.kill()
+        raise AssertionError("evlog serve did not start in 60 s")
+
+    def get(self, path: str, headers: dict | None = None):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=15) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: bytes, ctype: str) -> tuple[int, bytes]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=body, method="POST",
+                                     headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait(self, pred, timeout: float = 30.0, what: str = ""):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = pred()
+            if last:
+                return last
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}: last {last!r}")
+
+    def spans(self) -> int:
+        return self.get("api/overview")["summary"]["spans"]
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate(timeout=10)
+                raise AssertionError("evlog serve did not stop on SIGTERM")
+            self.out.append(out)
+            assert self.proc.returncode == 0, err
+        return "".join(self.out)
+
+
+@pytest.fixture
+def serve(tmp_path):
+    s = Serve(str(tmp_path / "evlog.sqlite"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def tracer(exporter, service="app", **res):
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    tp = TracerProvider(resource=Resource.create({"service.name": service, "process.pid": os.getpid(), **res}))
+    tp.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=10_000))
+    return tp
+
+
+def task_spans(tp, keys, worker="tcp://127.0.0.1:41000", error_key=None):
+    """Scheduler-like `dask.task` spans with transitions, as the Dask instrumentation sends them."""
+    from opentelemetry.trace import Status, StatusCode
+
+    t = tp.get_tracer("evlog.dask")
+    with t.start_as_current_span("dask.compute"):
+        for i, key in enumerate(keys):
+            prefix = key.split("-")[0]
+            with t.start_as_current_span(f"dask.task {prefix}", attributes={
+                    "dask.task.key": key, "dask.task.prefix": prefix, "dask.task.group": prefix,
+                    "dask.worker.address": worker, "dask.task.nbytes": 28,
+                    "dask.task.dependencies": keys[:i][-2:]}) as sp:
+                finish = "erred" if key == error_key else "memory"
+                for a, b in (("released", "waiting"), ("waiting", "processing"), ("processing", finish)):
+                    sp.add_event("transition", {"dask.transition.start": a, "dask.transition.finish": b,
+                                                "dask.stimulus_id": f"stim-{key}-{b}", "dask.worker.address": worker})
+                if key == error_key:
+                    sp.set_status(Status(StatusCode.ERROR, "ZeroDivisionError"))
+    assert tp.force_flush(30_000)
+
+
+# -------------------------------------------------------------------------------------------------
+# the three transports with the standard exporters
+
+
+def test_grpc_exporter_spans_are_stored_and_tell_a_story(serve, capsys):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    tp = tracer(OTLPSpanExporter(endpoint=f"127.0.0.1:{serve.grpc}", insecure=True))
+    keys = [f"inc-{i}" for i in range(20)]
+    task_spans(tp, keys, error_key="inc-3")
+    tp.shutdown()
+    serve.wait(lambda: serve.spans() == 21, what="21 spans")
+    code = cli.main(["story", "inc-3", "--db", serve.db, "--json"])
+    story = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(e["start"], e["finish"]) for e in story] == [
+        ("released", "waiting"), ("waiting", "processing"), ("processing", "erred")]
+    assert story[0]["worker"] == "tcp://127.0.0.1:41000" and story[0]["process"].startswith("app ")
+    task = serve.get("api/task?key=inc-3")
+    assert task["spans"][0]["status_code"] == "ERROR"
+    assert task["spans"][0]["attributes"]["dask.task.dependencies"] == ["inc-1", "inc-2"]
+    dag = serve.get("api/dag")
+    assert dag["mode"] == "tasks" and len(dag["nodes"]) == 20 and len(dag["edges"]) == 37
+
+
+def test_http_protobuf_exporters_send_spans_events_and_metrics(serve, capsys):
+    from opentelemetry._logs import SeverityNumber
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    base = f"http://127.0.0.1:{serve.http}"
+    tp = tracer(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
+    task_spans(tp, ["add-1", "add-2"])
+    tp.shutdown()
+
+    res = Resource.create({"service.name": "app", "dask.role": "worker", "dask.worker.address": "tcp://w:9"})
+    lp = LoggerProvider(resource=res)
+    lp.add_log_record_processor(SimpleLogRecordProcessor(OTLPLogExporter(endpoint=f"{base}/v1/logs")))
+    logger = lp.get_logger("evlog")
+    logger.emit(event_name="dask.log_event", body={"start": 1, "stop": 2}, attributes={"dask.topic": "runtimes"},
+                severity_number=SeverityNumber.INFO)
+    logger.emit(event_name="evlog.log_event", body="saved", attributes={"evlog.topic": "checkpoints"})
+    lp.shutdown()
+
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics"),
+                                           export_interval_millis=3_600_000)
+    mp = MeterProvider(resource=res, metric_readers=[reader])
+    g = mp.get_meter("evlog.consumers").create_gauge("evlog.worker.saturation")
+    g.set(0.5)
+    mp.force_flush(30_000)
+    mp.shutdown()
+
+    serve.wait(lambda: (lambda s: s["spans"] == 3 and s["events"] == 2 and s["metric_points"] >= 1)(
+        serve.get("api/overview")["summary"]), what="spans, events, metric points")
+    code = cli.main(["events", "--db", serve.db, "--json"])
+    evs = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {(e["topic"], json.dumps(e["msg"])) for e in evs} == {
+        ("runtimes", '{"start": 1, "stop": 2}'), ("checkpoints", '"saved"')}
+    plots = serve.get("api/plots")
+    wsat = next(p for p in plots if p["name"] == "evlog.worker.saturation")
+    assert wsat["series"][0]["label"] == "tcp://w:9" and set(wsat["series"][0]["values"]) == {0.5}
+
+
+def test_otlp_json_over_http_is_stored(serve, tmp_path):
+    spans = [span("3" * 32, f"{i + 1:016x}", "dask.execute inc", 10**18 + i, 10**18 + i + 5,
+                  {"dask.task.key": f"inc-{i}", "thread.id": 5}, kind=5) for i in range(3)]
+    body = json.dumps(traces_request(resource(7, "worker", "tcp://127.0.0.1:40007"), spans)).encode()
+    status, resp = serve.post("/v1/traces", body, "application/json")
+    assert status == 200 and json.loads(resp) == {}
+    serve.wait(lambda: serve.spans() == 3, what="3 spans")
+    g = serve.get("api/gantt")
+    assert g["mode"] == "bars" and g["workers"] == ["tcp://127.0.0.1:40007"]
+    assert serve.get(f"api/task?id={g['bars'][0][5]}")["key"] == "inc-0"
+
+
+# -------------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_malformed_requests_get_400_or_invalid_argument_and_are_counted(serve):
+    import grpc
+
+    assert serve.post("/v1/traces", b"\xff\x00garbage", "application/x-protobuf")[0] == 400
+    assert serve.post("/v1/logs", b"{not json", "application/json")[0] == 400
+    bad_id = traces_request(resource(1, "worker"), [span("zz", "1" * 16, "x", 1, 2, {})])
+    status, body = serve.post("/v1/traces", json.dumps(bad_id).encode(), "application/json")
+    assert status == 400 and "traceId" in json.loads(body)["message"]
+    with grpc.insecure_channel(f"127.0.0.1:{serve.grpc}") as ch:
+        export = ch.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                                request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as e:
+            export(b"\xff\x00garbage", timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # a span id of the wrong length: protobuf parses it, evlog refuses it
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        req = ExportTraceServiceRequest()
+        req.resource_spans.add().scope_spans.add().spans.add(trace_id=b"\1" * 16, span_id=b"\1" * 3, name="x")
+        with pytest.raises(grpc.RpcError) as e:
+            export(req.SerializeToString(), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spanId" in e.value.details()
+    assert serve.get("api/overview")["receiver"]["rejected"] == 5
+    assert serve.spans() == 0
+
+
+def test_an_oversized_request_gets_413(tmp_path):
+    s = Serve(str(tmp_path / "small.sqlite"), "--max-body", "2K")
+    try:
+        spans = [span("4" * 32, f"{i + 1:016x}", "x" * 100, 1, 2, {"k": "v" * 100}) for i in range(30)]
+        body = json.dumps(traces_request(resource(1, "worker"), spans)).encode()
+        assert len(body) > 2048
+        assert s.post("/v1/traces", body, "application/json")[0] == 413
+        assert s.get("api/overview")["receiver"]["rejected"] == 1
+    finally:
+        s.stop()
+
+
+def test_a_foreign_database_is_refused_with_a_clear_message(tmp_path):
+    db = tmp_path / "other.sqlite"
+    c = sqlite3.connect(db)
+    c.execute("CREATE TABLE invoices (id INTEGER)")
+    c.commit()
+    c.close()
+    p = subprocess.run([sys.executable, "-m", "evlog.cli", "serve", "--db", str(db), "--grpc-port", "0",
+                        "--http-port", "0"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert f"evlog: {db}: an SQLite database, but not evlog's" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_serve_refuses_a_non_loopback_host_without_a_token():
+    p = subprocess.run([sys.executable, "-m", "evlog.cli", "serve", "--host", "0.0.0.0"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "not a loopback address" in p.stderr and "--token" in p.stderr
+
+
+def test_a_taken_port_is_a_clear_error(serve, tmp_path):
+    p = subprocess.run([sys.executable, "-m", "evlog.cli", "serve", "--db", str(tmp_path / "b.sqlite"),
+                        "--grpc-port", "0", "--http-port", str(serve.http)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "cannot listen" in p.stderr
+
+
+def test_the_token_guards_the_dashboard_api(tmp_path):
+    s = Serve(str(tmp_path / "t.sqlite"), "--token", "hunter2")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            s.get("api/overview")
+        assert e.value.code == 401
+        with pytest.raises(urllib.error.HTTPError) as e:
+            s.get("api/gantt", headers={"Authorization": "Bearer wrong"})
+        assert e.value.code == 401
+        assert s.get("api/overview", headers={"Authorization": "Bearer hunter2"})["summary"]["spans"] == 0
+        assert "(it will ask for the token)" in "".join(s.out)
+    finally:
+        s.stop()
+
+
+# -------------------------------------------------------------------------------------------------
+# persistence, CLI against the database, live updates
+
+
+def test_data_survives_a_restart_and_the_cli_reads_it(tmp_path, capsys):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    db = str(tmp_path / "keep.sqlite")
+    s = Serve(db)
+    try:
+        tp = tracer(OTLPSpanExporter(endpoint=f"127.0.0.1:{s.grpc}", insecure=True))
+        task_spans(tp, [f"inc-{i}" for i in range(10)])
+        tp.shutdown()
+        s.wait(lambda: s.spans() == 11, what="11 spans")
+    finally:
+        out = s.stop()
+    assert "stored 11 spans" in out
+    s = Serve(db, grpc=s.grpc, http=s.http)
+    try:
+        assert s.spans() == 11
+        tp = tracer(OTLPSpanExporter(endpoint=f"127.0.0.1:{s.grpc}", insecure=True), service="second")
+        task_spans(tp, [f"dbl-{i}" for i in range(5)])
+        tp.shutdown()
+        s.wait(lambda: s.spans() == 17, what="17 spans")
+    finally:
+        s.stop()
+    assert cli.main(["summary", "--db", db, "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["spans"] == 17 and summary["traces"] == 2 and summary["processes"] == 2
+    assert cli.main(["story", "inc-7", "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert [ln.split()[2:4] for ln in out.strip().splitlines()[1:]] == [
+        ["released", "waiting"], ["waiting", "processing"], ["processing", "memory"]]
+
+
+def test_live_updates_arrive_over_server_sent_events(serve):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    import aiohttp
+
+    async def read_updates():
+        async with aiohttp.ClientSession() as session:
+            async with session.get(serve.url + "api/stream", timeout=aiohttp.ClientTimeout(total=60)) as r:
+                assert r.headers["Content-Type"].startswith("text/event-stream")
+                versions = []
+                sent = False
+                async for raw in r.content:
+                    line = raw.decode().strip()
+                    if line == "retry: 5000":
+                        continue
+                    if line.startswith("data:"):
+                        versions.append(json.loads(line[5:])["version"])
+                        if not sent:  # the first event is the current state; now make a change
+                            sent = True
+                            tp = tracer(OTLPSpanExporter(endpoint=f"127.0.0.1:{serve.grpc}", insecure=True))
+                            await asyncio.get_running_loop().run_in_executor(None, task_spans, tp, ["x-1"])
+                            tp.shutdown()
+                        else:
+                            return versions
+
+    versions = asyncio.run(asyncio.wait_for(read_updates(), 60))
+    assert versions[1] > versions[0]
+    assert serve.spans() == 2
+
+
+# -------------------------------------------------------------------------------------------------
+# the store and the dashboard's shaping, in process
+
+
+def test_protobuf_and_json_paths_store_the_same_task(tmp_path):
+    """`evlog serve` keeps protobuf spans raw; a run folder stores JSON: both read back the same."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from google.protobuf import json_format
+
+    folder = tmp_path / "run"
+    info = make_run(str(folder), n_tasks=6)
+    a = Store(None)
+    RunFolder(str(folder)).load_into(a)
+    b = Store(str(tmp_path / "b.sqlite"))
+    with open(folder / "traces-100.jsonl") as f:
+        d = json.loads(f.readline())
+    for rs in d["resourceSpans"]:  # the JSON mapping wants base64 ids; OTLP/JSON has hex
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for k in ("traceId", "spanId", "parentSpanId"):
+                    if sp.get(k):
+                        sp[k] = __import__("base64").b64encode(bytes.fromhex(sp[k])).decode()
+    msg = json_format.ParseDict(d, ExportTraceServiceRequest())
+    raw = decode_for_store("traces", msg.SerializeToString())
+    assert len(raw) == 6
+    b.ingest([("traces", raw)])
+    key = info["keys"][5]
+    assert a.story(key) == b.story(key)
+    sa, sb = a.task_spans(key=key)[0], b.task_spans(key=key)[0]
+    for k in ("attributes", "events", "name", "worker", "prefix", "status_code", "start", "end", "process"):
+        assert sa[k] == sb[k], k
+    assert [r[1:] for r in a.dependencies()] == [r[1:] for r in b.dependencies()]
+
+
+def test_gantt_aggregates_what_cannot_be_drawn_and_says_so(tmp_path):
+    folder = tmp_path / "run"
+    make_run(str(folder), n_tasks=300, metadata=0)
+    st = Store(None)
+    RunFolder(str(folder)).load_into(st)
+    full = dash.gantt(st)
+    assert full["mode"] == "bars" and full["total"] == 300 and full["note"] == ""
+    agg = dash.gantt(st, max_bars=100, bins=50)
+    assert agg["mode"] == "aggregated" and agg["total"] == 300
+    assert "300 spans in view" in agg["note"] and "zoom in" in agg["note"]
+    assert len(agg["busy"]) == len(agg["lanes"]) and all(len(r) == 50 for r in agg["busy"])
+    assert any(any(r) for r in agg["errors"])  # the erred task is still marked
+    assert all(0 <= x <= 1 for r in agg["busy"] for x in r)
+    zoomed = dash.gantt(st, t0=full["t0"], t1=full["t0"] + (full["t1"] - full["t0"]) / 10, max_bars=100)
+    assert zoomed["mode"] == "bars" and 0 < zoomed["total"] < 100
+    one = dash.gantt(st, worker="tcp://127.0.0.1:40001")
+    assert {ln["worker"] for ln in one["lanes"]} == {"tcp://127.0.0.1:40001"} and one["total"] == 150
+
+
+def test_the_task_graph_groups_by_prefix_when_large(tmp_path):
+    folder = tmp_path / "run"
+    make_run(str(folder), n_tasks=60, metadata=0)
+    st = Store(None)
+    RunFolder(str(folder)).load_into(st)
+    g = dash.task_graph(st, max_nodes=10)
+    assert g["mode"] == "prefixes" and {n["prefix"] for n in g["nodes"]} == {"inc", "double", "add"}
+    assert sum(n["count"] for n in g["nodes"]) == 60 and "60 tasks" in g["note"]
+
+
+@pytest.mark.parametrize("records, x", [
+    ([{"epoch": 1, "loss": 2.0, "progress": 0.1}, {"epoch": 2, "loss": 1.0, "progress": 0.2}], "progress"),
+    ([{"epoch": 1, "loss": 2.0, "step": 10}, {"epoch": 2, "loss": 1.0, "step": 20}], "epoch"),
+    ([{"step": 100, "lr": 0.1, "time": 5}, {"step": 200, "lr": 0.05, "time": 9}], "step"),  # increasing ints, a-z
+    ([{"t": 0.5, "lr": 0.1}, {"t": 1.5, "lr": 0.05}], "t"),  # increasing numbers
+    ([{"left": 9, "lr": 0.1}, {"left": 5, "lr": 0.5}, {"left": 3, "lr": 0.2}], "left"),  # integers, decreasing
+    ([{"a": 0.9, "b": 0.1}, {"a": 0.3, "b": 0.7}, {"a": 0.2, "b": 0.2}], "a"),  # monotonic either way
+    ([{"a": 0.9, "b": 0.1}, {"a": 0.3, "b": 0.7}, {"a": 0.5, "b": 0.2}], "a"),  # any numbers
+    ([{"loss": 1.0, "size": "big"}, {"loss": 0.5, "size": "small"}], None),  # one number only: by time
+    ([{"flag": True, "loss": 1.0}, {"flag": False, "loss": 0.5}], None),  # booleans are not numbers
+])
+def test_metadata_x_axis_follows_cluster_job_logging(records, x):
+    assert dash.choose_x(records) == x
+
+
+def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
+    folder = tmp_path / "run"
+    make_run(str(folder), n_tasks=3, metadata=6)
+    st = Store(None)
+    RunFolder(str(folder)).load_into(st)
+    (g,) = dash.metadata_graphs(st.named_events("evlog.metadata"))
+    assert g["x"] == "epoch" and g["xs"] == [0, 1, 2, 3, 4, 5]
+    assert set(g["series"]) == {"loss", "acc", "step"}  # "size" is a string: table only
+    assert g["table"][0]["body"]["epoch"] == 5  # newest first
