@@ -212,13 +212,14 @@ if __name__ == "__main__":
         t1 = client.submit(alloc, 1_000_000, workers=[a], pure=False)
         t2 = client.submit(len, t1, workers=[a], pure=False)
         out["result"] = t2.result()
+        out["worker"] = a
+        out["seed"] = client.run(evlog.fetch_logs)  # while the worker holds the 1 MB result
         del t1, t2
         deadline = time.monotonic() + 30  # bounded: until the worker has let the results go
         while client.run(held, workers=[a])[a] and time.monotonic() < deadline:
             time.sleep(0.05)
-        client.submit(noop, workers=[a], pure=False).result()  # one more event, after the release
-        out["worker"] = a
-        out["seed"] = client.run(evlog.fetch_logs)
+        client.submit(noop, workers=[a], pure=False).result()  # one more task, after the release
+        out["seed_after"] = client.run(evlog.fetch_logs)
         out["seed_again"] = client.run(evlog.fetch_logs)
     print("RESULT " + json.dumps(out))
 """
@@ -259,9 +260,11 @@ def test_bytesallocd_on_a_small_dask_graph_rises_then_falls_and_fetch_clears(das
     assert dask_run["result"] == 1_000_000
     assert all(dask_run["installed"].values())
     a = dask_run["worker"]
-    stream = dask_run["seed"][a]["bytes"]
-    assert stream and max(stream) >= 1_000_000, stream  # the 1 MB result held by the worker
-    assert stream[-1] < 1_000_000, stream  # and freed once the client let it go
+    held = dask_run["seed"][a]["bytes"]
+    assert len(held) == 4 and max(held) >= 1_000_000, held  # alloc and len ran: the 1 MB result is held
+    after = dask_run["seed_after"][a]["bytes"]
+    assert len(after) == 2, after  # only the task after the first fetch: fetching cleared the log
+    assert max(after) < 1_000_000, after  # the result is freed once the client lets it go
     assert dask_run["seed_again"][a]["bytes"] == [], "get_logs! clears"
 
 
@@ -336,6 +339,41 @@ def test_fused_default_log_matches_a_multieventlog_with_the_same_consumers(sdk):
     assert [len(p) for p in want["psat"]] == [1, 2, 2, 2, 2, 2, 1, 0]
     assert want["esat"][2] == {"compute": 2, "move": 1} and want["esat"][4] == {"compute": 2, "dask.task": 1}
     assert evlog.fetch_logs() == {n: [] for n in names}, "ml is the default log now, already fetched"
+
+
+def test_spans_handed_over_finished_count_with_their_own_times(sdk):
+    """The Dask instrumentation builds its spans after the fact and gives them to on_end only."""
+    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.trace import SpanContext
+
+    tp, tracer = sdk
+    fused = install_default(type("S", (), {"consumers": ("core", "wsat", "psat")})(), tracer_provider=tp,
+                            meter_provider=MeterProvider(shutdown_on_exit=False))
+    ml = evlog.MultiEventLog()
+    ml["wsat"] = evlog.consumers.WorkerSaturation()
+    ml["psat"] = evlog.consumers.ProcessorSaturation()
+    ml["id"] = evlog.consumers.IDMetrics()
+    evlog.set_log_sink(ml, tp)
+    t0 = time.time_ns()
+
+    def finished(key, thread, start, end):
+        return ReadableSpan(f"dask.execute {key}", context=SpanContext(1, thread * 1000 + start, False),
+                            attributes={"dask.task.key": key, "thread.id": thread},
+                            start_time=t0 + start, end_time=t0 + end)
+
+    deliver = tp._active_span_processor.on_end  # as the Dask assembler delivers a batch
+    deliver(finished("a", 1, 0, 10))
+    deliver(finished("b", 2, 5, 15))
+    deliver(finished("c", 1, 20, 30))
+    want_wsat = [1, 2, 1, 0, 1, 0]
+    logs = ml.fetch()
+    assert logs["wsat"] == want_wsat, "events in time order: the overlap of a and b shows"
+    assert logs["id"] == ["a", "b", "a", "b", "c", "c"]
+    got = fused.fetch()
+    assert got["wsat"] == want_wsat and [c["timestamp"] - t0 for c in got["core"]] == [0, 5, 10, 15, 20, 30]
+    pid = got["psat"][1][0][0][0]
+    assert got["psat"][1] == [((pid, 1), 1), ((pid, 2), 1)] == logs["psat"][1]
+    assert fused.wsat == 0, "nothing runs now"
 
 
 def test_streams_stay_bounded_in_a_long_run(sdk):

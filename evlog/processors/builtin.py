@@ -22,13 +22,14 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from evlog import _report
 
-from .sampling import Readings, dask_state
+from .sampling import Readings, dask_running, dask_state
 from .spans import Classifier
 
 FAST_NAMES = frozenset({"core", "wsat", "psat", "esat", "loadavg", "mem", "bytes"})
 _NAN = float("nan")
 _OPEN_MAX = 100_000
 _CELLS_MAX = 256
+_MISSING = object()
 
 
 class BuiltinLog(SpanProcessor):
@@ -71,11 +72,14 @@ class BuiltinLog(SpanProcessor):
     def _off(self, *args, **kw) -> None:
         pass
 
-    # -- the hot path. Records are tuples of atoms (category string, ints, the shared readings tuple),
-    # which the garbage collector stops tracking, so a full ring costs collections nothing.
-    # Counters are shared by threads yet need no lock under the GIL: each update is one load-add-store
-    # with no call in between (``cell[0] += 1``, ``k.n += 1``), and CPython switches threads only at
-    # calls and backward jumps, so no update is ever lost.
+    # -- the hot path. A record is (timestamp, +1 start / -1 finish, category, thread or None, readings,
+    # dask bytes): a tuple of atoms, which the garbage collector stops tracking, so a full ring costs
+    # collections nothing. Counters are shared by threads yet need no lock under the GIL: each update
+    # is one load-add-store with no call in between (``cell[0] += 1``, ``k.n += 1``), and CPython
+    # switches threads only at calls and backward jumps, so no update is ever lost.
+    # Spans built after the fact (the Dask instrumentation hands finished spans to on_end only) are
+    # recognised by their missing start: their start and finish are recorded together, with their own
+    # timestamps; records are put in time order when the log is fetched.
     def on_start(self, span, parent_context=None) -> None:
         try:
             k = self._kinds.get(span._name) or self._classifier.classify(span._name)
@@ -88,11 +92,10 @@ class BuiltinLog(SpanProcessor):
                     cell = self._cells.get(get_ident()) or self._cell()
                     cell[0] += 1
                     self._open[id(span._context)] = cell
-                    self._ring.append((True, "compute", t, cell[1], cell[0], self._samp,
-                                       ds.nbytes if ds is not None else None, 0))
+                    self._ring.append((t, 1, "compute", cell[1], self._samp, ds.nbytes if ds is not None else None))
                 else:
-                    self._ring.append((True, k.category, t, None, 0, self._samp,
-                                       ds.nbytes if ds is not None else None, 0))
+                    self._open[id(span._context)] = None
+                    self._ring.append((t, 1, k.category, None, self._samp, ds.nbytes if ds is not None else None))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
@@ -104,55 +107,43 @@ class BuiltinLog(SpanProcessor):
                 if t >= self._next_sample:
                     self._sample(t)
                 ds = self._dstate
-                if k.compute:
-                    cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
+                cell = self._open.pop(id(span._context), _MISSING)
+                if cell is _MISSING:
+                    self._after_the_fact(span, k, ds)
+                elif cell is not None:
                     cell[0] -= 1
-                    self._ring.append((False, "compute", t, cell[1], cell[0], self._samp,
-                                       ds.nbytes if ds is not None else None, 0))
+                    self._ring.append((t, -1, "compute", cell[1], self._samp, ds.nbytes if ds is not None else None))
                 else:
-                    self._ring.append((False, k.category, t, None, 0, self._samp,
-                                       ds.nbytes if ds is not None else None, 0))
+                    self._ring.append((t, -1, k.category, None, self._samp, ds.nbytes if ds is not None else None))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
     def _on_start_esat(self, span, parent_context=None) -> None:
         try:
             k = self._kinds.get(span._name) or self._classifier.classify(span._name)
-            t = span._start_time
-            if t >= self._next_sample:
-                self._sample(t)
-            ds = self._dstate
             k.n += 1
-            if k.compute:
-                cell = self._cells.get(get_ident()) or self._cell()
-                cell[0] += 1
-                self._open[id(span._context)] = cell
-                self._ring.append((True, "compute", t, cell[1], cell[0], self._samp,
-                                   ds.nbytes if ds is not None else None, k.n))
-            else:
-                self._ring.append((True, k.category, t, None, 0, self._samp,
-                                   ds.nbytes if ds is not None else None, k.n))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+        BuiltinLog.on_start(self, span)
 
     def _on_end_esat(self, span) -> None:
         try:
             k = self._kinds.get(span._name) or self._classifier.classify(span._name)
-            t = span._end_time
-            if t >= self._next_sample:
-                self._sample(t)
-            ds = self._dstate
-            k.n -= 1
-            if k.compute:
-                cell = self._open.pop(id(span._context), None) or self._cells.get(get_ident()) or self._cell()
-                cell[0] -= 1
-                self._ring.append((False, "compute", t, cell[1], cell[0], self._samp,
-                                   ds.nbytes if ds is not None else None, k.n))
-            else:
-                self._ring.append((False, k.category, t, None, 0, self._samp,
-                                   ds.nbytes if ds is not None else None, k.n))
+            if id(span._context) in self._open:  # started while we watched: no longer open
+                k.n -= 1
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+        BuiltinLog.on_end(self, span)
+
+    def _after_the_fact(self, span, k, ds) -> None:
+        """A finished span whose start this log never saw: record both ends now."""
+        b = ds.nbytes if ds is not None else None
+        proc = None
+        if k.compute:
+            attrs = span._attributes
+            proc = attrs.get("thread.id") if attrs else None
+        self._ring.append((span._start_time, 1, k.category, proc, self._samp, b))
+        self._ring.append((span._end_time, -1, k.category, proc, self._samp, b))
 
     def _cell(self) -> list:
         """This thread's psat counter (first task on this thread)."""
@@ -184,13 +175,16 @@ class BuiltinLog(SpanProcessor):
     # -- live values, for the OTel gauges
     @property
     def psat(self) -> dict[int, int]:
-        """Tasks running now per thread ident."""
-        return {c[1]: c[0] for c in list(self._cells.values())}
+        """Tasks running now per thread ident: spans open now, and a Dask worker's executing threads."""
+        out = {c[1]: c[0] for c in list(self._cells.values())}
+        for tid, n in dask_running().items():
+            out[tid] = out.get(tid, 0) + n
+        return out
 
     @property
     def wsat(self) -> int:
         """Tasks running now in this process."""
-        return sum(c[0] for c in list(self._cells.values()))
+        return sum(n for n in self.psat.values() if n > 0)
 
     @property
     def esat(self) -> dict[str, int]:
@@ -218,62 +212,69 @@ class BuiltinLog(SpanProcessor):
     # -- logs out
     def fetch(self) -> dict[str, list]:
         """{name: [sub-events]} since the last fetch (the last maxlen events at most), then clear."""
+        from .registry import registry
+
+        registry.drain()  # spans assembled after the fact (Dask) arrive first
         with self._lock:
             ring, self._ring = self._ring, deque(maxlen=self.maxlen)
             recs = list(ring)  # one C call under the GIL: a consistent copy
-        return self._materialize(recs, self.psat, self.esat)
+            live = self._live()
+        return self._materialize(recs, *live)
 
     def peek(self) -> dict[str, list]:
         """The same streams, without clearing."""
-        return self._materialize(list(self._ring), self.psat, self.esat)
+        from .registry import registry
+
+        registry.drain()
+        return self._materialize(list(self._ring), *self._live())
+
+    def _live(self):
+        return {c[1]: c[0] for c in list(self._cells.values())}, self.esat
 
     def __len__(self) -> int:
         return len(self._ring)
 
     def _materialize(self, recs: list, psat_now: dict, esat_now: dict) -> dict[str, list]:
-        # a record: (is_start, category, timestamp, thread or None, tasks on it after, readings, dask bytes, esat after)
+        recs.sort(key=_time_of)  # after-the-fact spans arrive late; stable for equal times
         out: dict[str, list] = {}
         names = self.names
         if "core" in names:
-            out["core"] = [{"timestamp": r[2], "category": r[1], "kind": "start" if r[0] else "finish"} for r in recs]
+            out["core"] = [{"timestamp": r[0], "category": r[2], "kind": "start" if r[1] > 0 else "finish"}
+                           for r in recs]
         if "wsat" in names or "psat" in names:
             pid = os.getpid()
-            cur = _before(recs, psat_now, 3, 4)
+            cur = dict(psat_now)  # counts before the first record: today's, less what the records added
+            for r in recs:
+                if r[2] == "compute":
+                    cur[r[3]] = cur.get(r[3], 0) - r[1]
             wsat, psat = [], []
             for r in recs:
-                if r[3] is not None:
-                    cur[r[3]] = r[4]
+                if r[2] == "compute":
+                    cur[r[3]] += r[1]
                 wsat.append(sum(n for n in cur.values() if n > 0))
-                psat.append([((pid, t), n) for t, n in cur.items() if n > 0])
+                psat.append([((pid, t), n) for t, n in cur.items() if n > 0 and t is not None])
             out["wsat"], out["psat"] = wsat, psat
         if "esat" in names:
-            cur = _before(recs, esat_now, 1, 7)
+            cur = dict(esat_now)
+            for r in recs:
+                cur[r[2]] = cur.get(r[2], 0) - r[1]
             stream = []
             for r in recs:
-                cur[r[1]] = r[7]
+                cur[r[2]] += r[1]
                 stream.append({c: n for c, n in cur.items() if n > 0})
             out["esat"] = stream
         if "loadavg" in names:
-            out["loadavg"] = [r[5][0] for r in recs]
+            out["loadavg"] = [r[4][0] for r in recs]
         if "mem" in names:
-            out["mem"] = [r[5][1] for r in recs]
+            out["mem"] = [r[4][1] for r in recs]
         if "bytes" in names:
-            out["bytes"] = [r[6] if r[6] is not None else r[5][2] for r in recs]
+            out["bytes"] = [r[5] if r[5] is not None else r[4][2] for r in recs]
         return {n: out[n] for n in names}
 
     def __repr__(self) -> str:
         return f"BuiltinLog({list(self.names)}, maxlen={self.maxlen})"
 
 
-def _before(recs: list, now: dict, key_at: int, value_at: int) -> dict:
-    """Counter values just before the first record: for keys the records touch, the first such record's
-    value undone; for the others, today's value (nothing in the records changed them)."""
-    cur = dict(now)
-    seen = set()
-    for r in recs:
-        key = r[key_at]
-        if key is None or key in seen:
-            continue
-        seen.add(key)
-        cur[key] = r[value_at] - (1 if r[0] else -1)
-    return cur
+
+def _time_of(rec) -> int:
+    return rec[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from _thread import get_ident
 from typing import Any, Callable
 
@@ -148,6 +149,7 @@ class MultiEventLog:
     # -- logs out
     def fetch(self) -> dict[str, list]:
         """{name: [sub-events]} for every consumer, then clear the streams (TimespanLogging.get_logs!)."""
+        registry.drain()  # spans assembled after the fact (Dask) arrive first
         with self._lock:
             self._sync()
             out = self._streams
@@ -156,6 +158,7 @@ class MultiEventLog:
 
     def peek(self) -> dict[str, list]:
         """A copy of the streams, without clearing them."""
+        registry.drain()
         with self._lock:
             self._sync()
             return {name: list(s) for name, s in self._streams.items()}
@@ -204,39 +207,96 @@ def _similar(obj):
 
 
 class _Dispatch(SpanProcessor):
-    """The span processor that turns span starts and finishes into Events for the installed logs."""
+    """The span processor that turns span starts and finishes into Events for the installed logs.
+
+    A span handed over already finished (the Dask instrumentation builds its spans after the fact, in
+    batches, and gives them to ``on_end`` only) becomes a start and a finish event with the span's own
+    times; such events wait until the batch is over and are then given in time order, so saturation
+    consumers see the overlaps. A batch is over when a live span starts or ends, when a log is read
+    (``fetch``, ``peek``), or when the next batch begins (50 ms without such a span)."""
+
+    _GAP_S = 0.05
+    _PENDING_MAX = 10_000
 
     def __init__(self):
         self.logs: tuple = ()
         self._classifier = Classifier()
+        self._started: dict[int, None] = {}  # id(span context) of spans seen starting, not yet ended
+        self._pending: list = []  # events of spans handed over finished, not yet given
+        self._last_pending = 0.0
+        self._lock = threading.Lock()
 
-    def _event(self, kind: str, span, timestamp) -> Event:
+    def _event(self, kind: str, span, timestamp, thread) -> Event:
         name = span._name
         k = self._classifier.kinds.get(name) or self._classifier.classify(name)
         attrs = span._attributes
         attrs = dict(attrs) if attrs else {}
-        return Event(kind, k.category, task_id(span, attrs), (os.getpid(), get_ident(), worker_of(span, attrs)),
+        return Event(kind, k.category, task_id(span, attrs), (os.getpid(), thread, worker_of(span, attrs)),
                      timestamp, attrs, name, span._context.span_id)
 
+    def _give(self, ev: Event) -> None:
+        for log in self.logs:
+            log.write(ev)
+
     def on_start(self, span, parent_context=None) -> None:
-        logs = self.logs
-        if logs:
+        if self.logs:
             try:
-                ev = self._event(START, span, span._start_time)
-                for log in logs:
-                    log.write(ev)
+                if self._pending:
+                    self.flush()
+                started = self._started
+                if len(started) >= _OPEN_MAX:
+                    started.clear()  # spans that never ended
+                started[id(span._context)] = None
+                self._give(self._event(START, span, span._start_time, get_ident()))
             except Exception as exc:
                 _report.warn_once("dispatch-start", f"a log could not take a span start: {exc!r}")
 
     def on_end(self, span) -> None:
-        logs = self.logs
-        if logs:
+        if self.logs:
             try:
-                ev = self._event(FINISH, span, span._end_time)
-                for log in logs:
-                    log.write(ev)
+                if self._started.pop(id(span._context), _MISSING) is not _MISSING:
+                    if self._pending:
+                        self.flush()
+                    self._give(self._event(FINISH, span, span._end_time, get_ident()))
+                else:
+                    self._after_the_fact(span)
             except Exception as exc:
                 _report.warn_once("dispatch-end", f"a log could not take a span finish: {exc!r}")
+
+    def _after_the_fact(self, span) -> None:
+        attrs = span._attributes
+        thread = (attrs.get("thread.id") if attrs else None) or get_ident()
+        pair = (self._event(START, span, span._start_time, thread), self._event(FINISH, span, span._end_time, thread))
+        now = time.monotonic()
+        with self._lock:
+            stale = self._pending and (now - self._last_pending > self._GAP_S or len(self._pending) >= self._PENDING_MAX)
+        if stale:
+            self.flush()
+        with self._lock:
+            self._pending.extend(pair)
+            self._last_pending = now
+
+    def flush(self) -> None:
+        """Give the waiting events of spans handed over finished, in time order."""
+        with self._lock:
+            events, self._pending = self._pending, []
+        if events:
+            events.sort(key=_timestamp)
+            for ev in events:
+                self._give(ev)
+
+    def _fresh(self) -> None:
+        self._lock = threading.Lock()
+        self._started = {}
+        self._pending = []
+
+
+_MISSING = object()
+_OPEN_MAX = 100_000
+
+
+def _timestamp(ev: Event) -> int:
+    return ev.timestamp
 
 
 def _sdk_provider(provider=None):

@@ -5,6 +5,7 @@ Kept apart from multieventlog so that installing the default consumers at start-
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 
 from evlog import _report
@@ -18,6 +19,22 @@ class Registry:
         self.default = None  # the log fetch_logs() returns, when set by set_log_sink
         self.builtin = None  # the EVLOG_CONSUMERS log (evlog.processors.install_default)
 
+    def drain(self) -> None:
+        """Have spans that are assembled after the fact delivered now (the Dask instrumentation builds
+        its spans in batches on a background thread), so a fetch includes everything until now."""
+        mod = sys.modules.get("evlog.instrumentation.dask_spans")
+        assembler = getattr(mod, "assembler", None) if mod is not None else None
+        if assembler is not None:
+            try:
+                assembler.run_once()
+            except Exception as exc:
+                _report.warn_once("drain-dask", f"Dask spans could not be delivered before a fetch: {exc!r}")
+        for d in list(self.dispatch.values()):
+            try:
+                d.flush()
+            except Exception as exc:
+                _report.warn_once("drain-flush", f"waiting span events could not be given to the logs: {exc!r}")
+
     def reset(self) -> None:
         """Forget every installed log (tests). Processors stay on their providers but get nothing."""
         for d in list(self.dispatch.values()):
@@ -30,6 +47,8 @@ class Registry:
 
     def after_fork_in_child(self) -> None:
         """A forked child is another process: its logs start empty, with fresh consumer state."""
+        for d in list(self.dispatch.values()):
+            d._fresh()
         logs = {id(log): log for d in list(self.dispatch.values()) for log in d.logs}
         for extra in (self.default, self.builtin):
             if extra is not None:

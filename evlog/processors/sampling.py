@@ -89,3 +89,18 @@ def dask_state():
     if len(workers) == 1:
         return workers[0].state
     return _WorkersBytes(tuple(w.state for w in workers))
+
+
+def dask_running() -> dict:
+    """{thread ident: tasks} executing now on this process's Dask workers ({} without Dask)."""
+    mod = sys.modules.get("distributed.worker")
+    if mod is None:
+        return {}
+    out: dict = {}
+    try:
+        for w in list(mod.Worker._instances):
+            for tid in list(getattr(w, "active_threads", {}) or {}):
+                out[tid] = out.get(tid, 0) + 1
+    except Exception:
+        return out
+    return out
