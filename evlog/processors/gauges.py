@@ -75,11 +75,16 @@ class ConsumersView:
         self._readings = Readings()
 
     def current(self, name: str, now_ns: int):
+        from .sampling import dask_running
+
         c = self.log.consumers.get(name)
-        if name == "wsat":
-            return c.saturation if c is not None else None
+        if name == "wsat":  # spans open now, and a Dask worker's executing tasks (its spans come after the fact)
+            return (c.saturation if c is not None else 0) + sum(dask_running().values())
         if name == "psat":
-            return {proc[1]: n for proc, n in dict(c.saturation).items()} if c is not None else {}
+            out = {proc[1]: n for proc, n in dict(c.saturation).items()} if c is not None else {}
+            for tid, n in dask_running().items():
+                out[tid] = out.get(tid, 0) + n
+            return out
         if name == "esat":
             return dict(c.saturation) if c is not None else {}
         if name == "loadavg":
