@@ -134,12 +134,13 @@ def configure(handler: EventHandler, event_type: str = "") -> None:
 
 def record_event(event: Event) -> None:
     """Record ``event`` to the destination configured for its type, and, under evlog, to OTel."""
-    route = _routes.get(event.type)
-    if route is None:
-        route = _routes[""]
-    logger = otel._logger or otel.evlog_logger()
+    t = event.type
+    route = _routes.get(t) or _routes[""]
+    logger = otel._logger
+    if logger is None:
+        logger = otel.evlog_logger()
     if logger is not None and not route[1]:
-        otel.emit(logger, event.name, event.type, event.metadata, event.timestamp)
+        otel.emit(logger, event.name, t, event.metadata, event.timestamp)
     route[0].record(event)
 
 

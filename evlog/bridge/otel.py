@@ -41,9 +41,9 @@ def reset() -> None:
 def emit(logger, name: Any, event_type: Any, metadata: Any, timestamp_ms: Any = 0, attributes: dict | None = None) -> None:
     """Emit one event on ``logger``; never raises."""
     try:
-        attrs = {TYPE_ATTR: event_type if type(event_type) is str else key(event_type)}
-        if attributes:
-            attrs.update(attributes)
+        attrs = None if attributes else _type_attrs.get(event_type)
+        if attrs is None:
+            attrs = _attrs(event_type, attributes)
         logger.emit(
             event_name=name if type(name) is str else key(name),
             body=body(metadata),
@@ -52,6 +52,23 @@ def emit(logger, name: Any, event_type: Any, metadata: Any, timestamp_ms: Any = 
         )
     except Exception as exc:
         _report.warn_once("bridge-emit", f"an event could not be sent to OpenTelemetry ({exc!r}); later ones are counted")
+
+
+_type_attrs: dict = {}  # event type -> {TYPE_ATTR: type}; the SDK copies attributes, so one dict serves all
+_TYPE_ATTRS_MAX = 1024
+
+
+def _attrs(event_type: Any, extra: dict | None) -> dict:
+    text = event_type if type(event_type) is str else key(event_type)
+    if extra:
+        return {TYPE_ATTR: text, **extra}
+    attrs = {TYPE_ATTR: text}
+    if len(_type_attrs) < _TYPE_ATTRS_MAX:
+        try:
+            _type_attrs[event_type] = attrs
+        except TypeError:  # an unhashable type
+            pass
+    return attrs
 
 
 def _ns(timestamp_ms: Any) -> int | None:
