@@ -84,8 +84,9 @@ def write_lines(path, requests):
 
 
 def make_run(path, n_tasks=30, n_workers=2, threads=2, seed=1, errors=1, metadata=8, batch=500, t0=T0,
-             trace="0af7651916cd43dd8448eb211c80319c"):
-    """Write a run folder at ``path``; returns a dict of what it holds (keys, counts)."""
+             trace="0af7651916cd43dd8448eb211c80319c", scheduler=True, gauge_ms=20):
+    """Write a run folder at ``path``; returns a dict of what it holds (keys, counts).
+    ``scheduler=False`` leaves out the scheduler's task spans (only worker executions)."""
     rnd = random.Random(seed)
     os.makedirs(path, exist_ok=True)
     workers = [f"tcp://127.0.0.1:{40000 + i}" for i in range(n_workers)]
@@ -108,19 +109,20 @@ def make_run(path, n_tasks=30, n_workers=2, threads=2, seed=1, errors=1, metadat
         err = i < errors
         sid = f"{i + 1:016x}"
         finish = "erred" if err else "memory"
-        tr = [("transition", start - 2 * MS, {"dask.transition.start": "released", "dask.transition.finish": "waiting",
-                                               "dask.stimulus_id": f"update-graph-{i}", "dask.worker.address": ""}),
-              ("transition", start - MS, {"dask.transition.start": "waiting", "dask.transition.finish": "processing",
-                                          "dask.stimulus_id": f"update-graph-{i}", "dask.worker.address": w}),
-              ("transition", end + MS, {"dask.transition.start": "processing", "dask.transition.finish": finish,
-                                        "dask.stimulus_id": f"task-finished-{i}", "dask.worker.address": w})]
-        sched_spans.append(span(trace, sid, f"dask.task {prefix}", start - 2 * MS, end + MS, {
-            "dask.task.key": key, "dask.task.prefix": prefix, "dask.task.group": prefix,
-            "dask.worker.address": w, "dask.task.nbytes": 28, "dask.task.dependencies": deps}, tr, error=err))
+        if scheduler:
+            tr = [("transition", start - 2 * MS, {"dask.transition.start": "released", "dask.transition.finish": "waiting",
+                                                   "dask.stimulus_id": f"update-graph-{i}", "dask.worker.address": ""}),
+                  ("transition", start - MS, {"dask.transition.start": "waiting", "dask.transition.finish": "processing",
+                                              "dask.stimulus_id": f"update-graph-{i}", "dask.worker.address": w}),
+                  ("transition", end + MS, {"dask.transition.start": "processing", "dask.transition.finish": finish,
+                                            "dask.stimulus_id": f"task-finished-{i}", "dask.worker.address": w})]
+            sched_spans.append(span(trace, sid, f"dask.task {prefix}", start - 2 * MS, end + MS, {
+                "dask.task.key": key, "dask.task.prefix": prefix, "dask.task.group": prefix,
+                "dask.worker.address": w, "dask.task.nbytes": 28, "dask.task.dependencies": deps}, tr, error=err))
         exec_spans[w].append(span(trace, f"{0x8000000 + i:016x}", f"dask.execute {prefix}", start, end, {
             "dask.task.key": key, "dask.task.prefix": prefix, "thread.id": 1000 + th}, parent=sid, kind=5, error=err))
     tend = max(busy_until.values()) + 10 * MS
-    for k in range(0, len(sched_spans), batch):
+    for k in range(0, len(sched_spans) if scheduler else 0, batch):
         write_lines(os.path.join(path, "traces-100.jsonl"), [traces_request(sched, sched_spans[k:k + batch])])
     for w, res in zip(workers, wres):
         pid = 200 + workers.index(w)
@@ -147,7 +149,7 @@ def make_run(path, n_tasks=30, n_workers=2, threads=2, seed=1, errors=1, metadat
         while t <= tend:
             for g in GAUGES:
                 pts.append((g, t, rnd.random() * (1e6 if "bytes" in g else 1)))
-            t += 20 * MS
+            t += gauge_ms * MS
         write_lines(os.path.join(path, f"metrics-{pid}.jsonl"), [metrics_request(res, pts)])
-    return {"keys": keys, "workers": workers, "tasks": n_tasks, "spans": 2 * n_tasks, "trace": trace,
+    return {"keys": keys, "workers": workers, "tasks": n_tasks, "spans": (2 if scheduler else 1) * n_tasks, "trace": trace,
             "topics": {"runtimes": 5, "all": 1, "checkpoints": 1}, "metadata": metadata, "end": tend}

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from .store import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, Store, dumps
+from .store import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, Store, dumps
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -172,7 +172,9 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
           max_bars: int = MAX_BARS, bins: int = GANTT_BINS) -> dict:
     cats = store.span_categories()
     if cats.get(CAT_EXECUTION):
-        cat, what = CAT_EXECUTION, "task executions, per worker and thread"
+        cat, what = CAT_EXECUTION, "Dask task executions, per worker and thread"
+    elif cats.get(CAT_POOL_TASK):
+        cat, what = CAT_POOL_TASK, "pool tasks (concurrent.futures, multiprocessing), per process and thread"
     elif cats.get(CAT_SCHED_TASK):
         cat, what = CAT_SCHED_TASK, "scheduler task spans, per worker"
     else:
@@ -248,35 +250,18 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
 # line plots
 
 
-def _downsample(points: list[tuple[float, float]], limit: int) -> list[tuple[float, float]]:
-    if len(points) <= limit:
-        return points
-    lo, hi = points[0][0], points[-1][0]
-    width = (hi - lo) / limit or 1.0
-    sums: dict[int, list[float]] = {}
-    for t, v in points:
-        b = min(int((t - lo) / width), limit - 1)
-        s = sums.get(b)
-        if s is None:
-            sums[b] = [t, v, 1]
-        else:
-            s[1] += v
-            s[2] += 1
-    return [(s[0], s[1] / s[2]) for _, s in sorted(sums.items())]
-
-
 def line_plot(store: Store, name: str, worker: str | None = None, limit: int = MAX_SERIES_POINTS) -> dict:
+    """One metric as series per process, aligned on one x array (seconds) for uPlot."""
     labels = {p["id"]: p["label"] for p in store.processes()}
+    rows, averaged = store.series(name, buckets=limit)
     per: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
-    for proc, t, v in store.series(name):
+    for proc, t, v in rows:
         label = labels.get(proc, "?")
         if worker and label != worker:
             continue
         if v is None or not math.isfinite(v):
             continue
         per[label].append((t / 1e9, v))
-    downsampled = any(len(p) > limit for p in per.values())
-    per = {k: _downsample(v, limit) for k, v in per.items()}
     xs = sorted({t for pts in per.values() for t, _ in pts})
     index = {t: i for i, t in enumerate(xs)}
     series = []
@@ -285,8 +270,8 @@ def line_plot(store: Store, name: str, worker: str | None = None, limit: int = M
         for t, v in per[label]:
             vals[index[t]] = v
         series.append({"label": label, "values": vals})
-    return {"name": name, "x": xs, "series": series, "downsampled": downsampled,
-            "note": f"averaged to at most {limit:,} points per series" if downsampled else ""}
+    return {"name": name, "x": xs, "series": series, "downsampled": averaged,
+            "note": f"averaged over {limit:,} time buckets" if averaged else ""}
 
 
 # -------------------------------------------------------------------------------------------------

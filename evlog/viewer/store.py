@@ -32,8 +32,8 @@ FORMAT = "evlog-store"
 SCHEMA_VERSION = "2"
 
 # span categories: what the Gantt draws
-CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION = 0, 1, 2
-_EXEC_PREFIXES = ("dask.execute", "futures.task", "multiprocessing.task")
+CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK = 0, 1, 2, 3
+_POOL_PREFIXES = ("futures.task", "multiprocessing.task")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evlog_meta (key TEXT PRIMARY KEY, value TEXT);
@@ -84,8 +84,10 @@ def _columns(name: str, a: dict, res_worker: str) -> tuple:
         prefix = name[sp + 1:] if sp >= 0 else None
     if name.startswith("dask.task"):
         cat, worker = CAT_SCHED_TASK, a.get("dask.worker.address") or ""
-    elif name.startswith(_EXEC_PREFIXES):
+    elif name.startswith("dask.execute"):
         cat, worker = CAT_EXECUTION, a.get("dask.worker.address") or res_worker
+    elif name.startswith(_POOL_PREFIXES):
+        cat, worker = CAT_POOL_TASK, res_worker
     else:
         cat, worker = CAT_OTHER, res_worker
     thread = a.get("thread.name") or a.get("thread.id")
@@ -351,8 +353,8 @@ class Store:
         codes = _STATUS_CODES
         wanted = _WANTED
         pb_any = otlp_decode._pb_any
-        sched, execution, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_OTHER
-        exec_prefixes = _EXEC_PREFIXES
+        sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
+        pool_prefixes = _POOL_PREFIXES
         for rs in message.resource_spans:
             pid = self._process_pb(rs.resource)
             res_worker = self._proc_worker.get(pid, "")
@@ -381,8 +383,10 @@ class Store:
                             prefix = name[i + 1:]
                     if name.startswith("dask.task"):
                         cat, worker = sched, worker or ""
-                    elif name.startswith(exec_prefixes):
+                    elif name.startswith("dask.execute"):
                         cat, worker = execution, worker or res_worker
+                    elif name.startswith(pool_prefixes):
+                        cat, worker = pool, res_worker
                     else:
                         cat, worker = other, res_worker
                     st = sp.status
@@ -584,18 +588,18 @@ class Store:
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
 
-    def series(self, name: str, process: int | None = None, since: int | None = None) -> list[tuple]:
-        """(process, time, value) of a gauge or sum (or a histogram's mean), in time order."""
-        where, args = ["name = ?"], [name]
-        if process is not None:
-            where.append("process = ?")
-            args.append(process)
-        if since is not None:
-            where.append("time >= ?")
-            args.append(since)
+    def series(self, name: str, buckets: int | None = None) -> tuple[list[tuple], bool]:
+        """(process, time, value) of a gauge or sum (a histogram's mean), in time order, and whether
+        it was averaged: past ``buckets`` points, SQLite averages per process and time bucket (so a
+        long run's 100,000s of points cost one grouped scan, not a Python loop)."""
+        value = "coalesce(value, sum / nullif(count, 0))"
+        n, lo, hi = self._q("SELECT count(*), min(time), max(time) FROM points WHERE name = ?", (name,))[0]
+        if not buckets or n <= buckets or lo is None or hi <= lo:
+            return self._q(f"SELECT process, time, {value} FROM points WHERE name = ? ORDER BY time", (name,)), False
+        width = (hi - lo) // buckets + 1
         return self._q(
-            "SELECT process, time, coalesce(value, sum / nullif(count, 0)) FROM points WHERE "
-            + " AND ".join(where) + " ORDER BY time", tuple(args))
+            f"SELECT process, ? + ((time - ?) / ?) * ? AS t, avg({value}) FROM points WHERE name = ? "
+            "GROUP BY process, t ORDER BY t", (lo, lo, width, width, name)), True
 
 
 _SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "

@@ -32,6 +32,14 @@
     window.addEventListener("resize", function () { self.draw(); });
   }
 
+  /** "127.0.0.1:35503 · …Threads-5908-0": the worker in full, the thread by its distinctive end. */
+  function laneLabel(lane) {
+    var w = lane.worker.replace(/^tcp:\/\//, ""), t = lane.thread || "";
+    if (w.length > 24) w = "…" + w.slice(-23);
+    if (t.length > 14) t = "…" + t.slice(-13);
+    return w + (t ? " · " + t : "") + (lane.sub ? " +" + lane.sub : "");
+  }
+
   Gantt.prototype._pos = function (e) {
     var r = this.canvas.getBoundingClientRect();
     return { x: e.clientX - r.left, y: e.clientY - r.top };
@@ -77,10 +85,10 @@
     for (var i = 0; i < n; i++) {
       var lane = d.lanes[i], y = i * lh;
       if (i % 2) { g.fillStyle = "#f6f7f9"; g.fillRect(0, y, this.width, lh); }
-      var label = lane.worker + (lane.thread ? " · " + lane.thread : "") + (lane.sub ? " +" + lane.sub : "");
+      var label = laneLabel(lane);
       if (lh >= 9 && label !== prev) {
         g.fillStyle = "#1d2330";
-        g.fillText(label.length > 30 ? "…" + label.slice(-29) : label, 4, y + lh - 3);
+        g.fillText(label, 4, y + lh - 3);
       }
       prev = label;
     }
