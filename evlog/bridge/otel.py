@@ -23,12 +23,15 @@ def evlog_logger():
     """The Logger of evlog's own LoggerProvider, or None when evlog is not set up in this process."""
     global _logger
     if _logger is None:
-        from evlog.bootstrap import sdk
+        try:
+            from evlog.bootstrap import sdk
 
-        for p in sdk.providers():
-            if hasattr(p, "get_logger"):
-                _logger = p.get_logger(SCOPE)
-                break
+            for p in sdk.providers():
+                if hasattr(p, "get_logger"):
+                    _logger = p.get_logger(SCOPE)
+                    break
+        except Exception as exc:
+            _report.warn_once("bridge-logger", f"events cannot reach OpenTelemetry ({exc!r})")
     return _logger
 
 
