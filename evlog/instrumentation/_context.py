@@ -27,6 +27,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCod
 
 from evlog import _report
 
+from . import _taskspan
+
 # evlog.pool.kind -> (span name prefix, instrumentation scope)
 KINDS = {
     "thread": ("futures.task", "evlog.futures"),
@@ -41,10 +43,14 @@ THREAD_KINDS = ("thread", "mp.threadpool")
 _MACHINERY = ("opentelemetry.", "evlog.")
 _SUPPRESS = _ctx._SUPPRESS_INSTRUMENTATION_KEY
 _BAGGAGE = _baggage._BAGGAGE_KEY
+_SPAN = _taskspan._SPAN_KEY
+_NOT_YET = object()
+_EMPTY = _ctx.Context()
+_last: tuple = (None, None)  # the last portable tuple restored, and its Context
 _attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
 _set_span = trace.set_span_in_context
 
-_tracers: dict = {}  # kind -> tracer (per process; a fork keeps the same provider)
+_starters: dict = {}  # kind -> start(name, attributes, parent Context) -> span; a fork keeps them
 _names: dict = {}  # (kind, fn) -> (span name, attributes); bounded
 _open: dict = {}  # id(span) -> span of tasks running now in this process
 
@@ -69,7 +75,8 @@ def portable(ctx):
     """A picklable form of an OTel Context: (trace_id, span_id, flags, tracestate, baggage) or None."""
     if ctx is None or type(ctx) is tuple:
         return ctx
-    sc = trace.get_current_span(ctx).get_span_context()
+    span = ctx.get(_SPAN)
+    sc = span.get_span_context() if span is not None else trace.INVALID_SPAN_CONTEXT
     bag = ctx.get(_BAGGAGE)
     if not sc.is_valid:
         return (0, 0, 0, "", dict(bag)) if bag else None
@@ -79,8 +86,19 @@ def portable(ctx):
 
 def restore(carried):
     """The OTel Context for a portable tuple (the parent span as a remote span context)."""
+    global _last
     if carried is None:
-        return _ctx.Context()
+        return _EMPTY
+    last = _last
+    if carried == last[0]:  # tasks of one submitter arrive in a row: one Context serves them all
+        return last[1]
+    ctx = _restore(carried)
+    if carried[4] is None:
+        _last = (carried, ctx)
+    return ctx
+
+
+def _restore(carried):
     trace_id, span_id, flags, state, bag = carried
     ctx = _ctx.Context()
     if trace_id:
@@ -92,22 +110,26 @@ def restore(carried):
 
 
 def _rebuild(fn, kind, carried):
-    return Task(fn, kind, carried)
+    return Task(fn, kind, carried, carried)
 
 
 class Task:
     """A user's function with the submitter's context; calling it runs the function in a task span."""
 
-    __slots__ = ("fn", "kind", "parent")
+    __slots__ = ("fn", "kind", "parent", "carried")
 
-    def __init__(self, fn, kind: str, parent):
+    def __init__(self, fn, kind: str, parent, carried=_NOT_YET):
         self.fn = fn
         self.kind = kind
         self.parent = parent  # an OTel Context (same process) or a portable tuple (after pickling)
+        self.carried = carried  # the portable form, made once (imap pickles one Task per item)
 
     def __reduce__(self):
+        carried = self.carried
+        if carried is _NOT_YET:
+            carried = self.carried = portable(self.parent)
         # fn first: if it does not pickle, pickling fails exactly where and how it would without evlog.
-        return (_rebuild, (self.fn, self.kind, portable(self.parent)))
+        return (_rebuild, (self.fn, self.kind, carried))
 
     def __repr__(self):
         return f"<evlog task {self.fn!r}>"
@@ -121,6 +143,9 @@ class Task:
         try:
             return self.fn(*args, **kwargs)
         except BaseException as exc:
+            tb = exc.__traceback__
+            if tb is not None:  # leave this frame out: the pool shows the traceback it shows without evlog
+                exc.__traceback__ = tb.tb_next
             _fail(span, exc)
             raise
         finally:
@@ -132,11 +157,10 @@ def _begin(task: Task):
     if type(parent) is not _ctx.Context:
         parent = task.parent = restore(parent)
     kind = task.kind
-    tracer = _tracers.get(kind) or _tracer(kind)
     name, attrs = _describe(kind, task.fn)
     if kind in THREAD_KINDS:
         attrs = {**attrs, "thread.name": threading.current_thread().name}
-    span = tracer.start_span(name, parent, attributes=attrs)
+    span = (_starters.get(kind) or _starter(kind))(name, attrs, parent)
     _open[id(span)] = span
     return span, _attach(_set_span(span, parent))
 
@@ -164,9 +188,18 @@ def _fail(span, exc: BaseException) -> None:
         _report.warn_once("task-span-fail", f"cannot record a task's exception: {err!r}")
 
 
-def _tracer(kind: str):
-    tracer = _tracers[kind] = trace.get_tracer(KINDS[kind][1])
-    return tracer
+def _starter(kind: str):
+    """How this process starts spans of this kind: the short path when the SDK is set up."""
+    tracer = trace.get_tracer(KINDS[kind][1])
+    if _taskspan.usable(tracer):
+        start = functools.partial(_taskspan.start, tracer)
+    else:
+        def start(name, attrs, parent):
+            return tracer.start_span(name, parent, kind=trace.SpanKind.CONSUMER, attributes=attrs)
+
+    if not isinstance(tracer, trace.ProxyTracer):  # a proxy: ask again once a provider is set
+        _starters[kind] = start
+    return start
 
 
 def named_callable(fn):

@@ -1,0 +1,441 @@
+"""concurrent.futures and multiprocessing under evlog-instrument, checked at a real OTLP receiver.
+
+One program per start method (fork, spawn, forkserver) drives every pool API, each call under its own
+"submit ..." span, and prints which process ran each call; the receiver must get exactly one task span
+per call, in the submitter's trace, under the submitter's span, from the process that ran the call.
+Export is delayed far beyond the run (OTEL_BSP_SCHEDULE_DELAY), so everything that arrives went out
+through the exit paths: executor shutdown, Pool.__exit__'s SIGTERM, Process exit.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+
+import pytest
+
+from helpers import PYTHON, evlog_env, run_instrumented
+from receiver import CollectingReceiver
+
+# Nothing leaves a process before it exits, so the exit paths are what deliver the spans. (It also keeps
+# the parent from importing grpc in a background thread while it forks workers: see docs/pools.md.)
+NO_TIMER = {"OTEL_BSP_SCHEDULE_DELAY": "600000", "EVLOG_CONSUMERS": "none"}
+
+POOLS_PROGRAM = r'''
+import concurrent.futures as cf, json, multiprocessing as mp, os, sys
+from opentelemetry import baggage, context, trace
+
+tracer = trace.get_tracer("test.pools")
+
+def pid(_=None):
+    return os.getpid()
+
+def pid2(a, b):
+    return os.getpid()
+
+def fail(x):
+    raise ValueError(f"bad {x}")
+
+def nested(_):
+    with tracer.start_as_current_span("user.inner") as s:
+        return os.getpid(), format(s.get_span_context().span_id, "016x")
+
+def tenant(_):
+    return os.getpid(), baggage.get_baggage("tenant")
+
+def to_queue(q):
+    q.put(os.getpid())
+
+class Worker(mp.Process):
+    def __init__(self, q):
+        super().__init__()
+        self.q = q
+
+    def run(self):
+        self.q.put(os.getpid())
+
+def main(method):
+    ctx = mp.get_context(method)
+    out = {"main_pid": os.getpid(), "calls": {}, "submitters": {}}
+    with tracer.start_as_current_span("root") as root:
+        out["trace_id"] = format(root.get_span_context().trace_id, "032x")
+
+        def call(api, fn):
+            with tracer.start_as_current_span("submit " + api) as s:
+                out["submitters"][api] = format(s.get_span_context().span_id, "016x")
+                out["calls"][api] = fn()
+
+        with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            call("ppe.map", lambda: list(ex.map(pid, range(8))))
+            call("ppe.map_chunks", lambda: list(ex.map(pid, range(8), chunksize=3)))
+            call("ppe.submit", lambda: [ex.submit(pid, i).result() for i in range(4)])
+            call("ppe.nested", lambda: [ex.submit(nested, 0).result()])
+            token = context.attach(baggage.set_baggage("tenant", "blue"))
+            call("ppe.baggage", lambda: [ex.submit(tenant, 0).result()])
+            context.detach(token)
+            try:
+                call("ppe.fail", lambda: ex.submit(fail, 1).result())
+            except ValueError as e:
+                out["ppe.fail"] = [type(e).__name__, str(e)]
+        with ctx.Pool(2) as p:  # __exit__ terminates the workers (SIGTERM)
+            call("pool.map", lambda: p.map(pid, range(8)))
+            call("pool.map_async", lambda: p.map_async(pid, range(5)).get(60))
+            call("pool.starmap", lambda: p.starmap(pid2, [(i, i) for i in range(5)]))
+            call("pool.imap", lambda: list(p.imap(pid, range(6))))
+            call("pool.imap_chunks", lambda: list(p.imap(pid, range(7), chunksize=3)))
+            call("pool.imap_unordered", lambda: list(p.imap_unordered(pid, range(6))))
+            call("pool.apply_async", lambda: [p.apply_async(pid, (i,)).get(60) for i in range(4)])
+            call("pool.apply", lambda: [p.apply(pid, (1,))])
+            try:
+                call("pool.fail", lambda: p.apply_async(fail, (2,)).get(60))
+            except ValueError as e:
+                out["pool.fail"] = [type(e).__name__, str(e)]
+        q = ctx.Queue()
+
+        def processes(make):
+            ps = [make() for _ in range(2)]
+            for x in ps:
+                x.start()
+            got = sorted(q.get(timeout=60) for _ in ps)
+            for x in ps:
+                x.join(60)
+            return got
+
+        call("process.target", lambda: processes(lambda: ctx.Process(target=to_queue, args=(q,))))
+        call("process.subclass", lambda: processes(lambda: Worker(q)))
+    print(json.dumps(out))
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+'''
+
+# api -> (span name, evlog.pool.kind)
+EXPECTED = {
+    "ppe.map": ("futures.task pid", "process"),
+    "ppe.map_chunks": ("futures.task pid", "process"),
+    "ppe.submit": ("futures.task pid", "process"),
+    "ppe.nested": ("futures.task nested", "process"),
+    "ppe.baggage": ("futures.task tenant", "process"),
+    "pool.map": ("multiprocessing.task pid", "mp.pool"),
+    "pool.map_async": ("multiprocessing.task pid", "mp.pool"),
+    "pool.starmap": ("multiprocessing.task pid2", "mp.pool"),
+    "pool.imap": ("multiprocessing.task pid", "mp.pool"),
+    "pool.imap_chunks": ("multiprocessing.task pid", "mp.pool"),
+    "pool.imap_unordered": ("multiprocessing.task pid", "mp.pool"),
+    "pool.apply_async": ("multiprocessing.task pid", "mp.pool"),
+    "pool.apply": ("multiprocessing.task pid", "mp.pool"),
+    "process.target": ("multiprocessing.task to_queue", "mp.process"),
+    "process.subclass": ("multiprocessing.task Worker.run", "mp.process"),
+}
+FAILING = {"ppe.fail": "futures.task fail", "pool.fail": "multiprocessing.task fail"}
+
+
+class Run:
+    def __init__(self, out: dict, spans: list):
+        self.out = out
+        self.spans = spans
+        self.by_id = {s["span_id"]: s for s in spans}
+
+    def under(self, api: str) -> list:
+        """Spans whose parent is the 'submit <api>' span."""
+        return [s for s in self.spans if s["parent_span_id"] == self.out["submitters"][api]]
+
+    def tasks(self) -> list:
+        return [s for s in self.spans if s["name"].startswith(("futures.task ", "multiprocessing.task "))]
+
+
+def _pid_of(value):
+    return value[0] if isinstance(value, list) else value
+
+
+@pytest.fixture(scope="module", params=["fork", "spawn", "forkserver"])
+def pools_run(request, tmp_path_factory):
+    script = tmp_path_factory.mktemp(f"pools-{request.param}") / "pools_app.py"
+    script.write_text(POOLS_PROGRAM)
+    receiver = CollectingReceiver().start()
+    try:
+        env = evlog_env({**receiver.env("grpc"), **NO_TIMER})
+        proc = run_instrumented([PYTHON, str(script), request.param], env=env, timeout=240)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        calls = sum(len(v) for k, v in out["calls"].items() if k in EXPECTED) + len(FAILING)
+        receiver.wait_for(lambda: len(Run(out, receiver.spans()).tasks()) >= calls, timeout=60)
+        yield Run(out, receiver.spans())
+    finally:
+        receiver.stop()
+
+
+def test_one_span_per_call_for_every_pool_api(pools_run):
+    for api, (name, kind) in EXPECTED.items():
+        spans = [s for s in pools_run.under(api) if s["name"].startswith(("futures.task", "multiprocessing.task"))]
+        assert len(spans) == len(pools_run.out["calls"][api]), api
+        assert {s["name"] for s in spans} == {name}, api
+        assert {s["attributes"]["evlog.pool.kind"] for s in spans} == {kind}, api
+        assert {s["kind"] for s in spans} == {"CONSUMER"}, api
+
+
+def test_task_spans_are_children_of_the_submitters_span_in_its_trace(pools_run):
+    tasks = pools_run.tasks()
+    assert tasks and {s["trace_id"] for s in tasks} == {pools_run.out["trace_id"]}
+    submitters = set(pools_run.out["submitters"].values())
+    assert all(s["parent_span_id"] in submitters for s in tasks)
+
+
+def test_each_call_is_recorded_by_the_process_that_ran_it(pools_run):
+    main_pid = pools_run.out["main_pid"]
+    for api in EXPECTED:
+        ran = Counter(_pid_of(v) for v in pools_run.out["calls"][api])
+        recorded = Counter(s["resource"]["process.pid"] for s in pools_run.under(api) if s["name"] != "user.inner")
+        assert recorded == ran, api
+        assert main_pid not in recorded, api
+
+
+def test_pool_machinery_makes_no_spans_of_its_own(pools_run):
+    names = {s["name"] for s in pools_run.spans}
+    expected = {"root", "user.inner"} | {f"submit {api}" for api in pools_run.out["submitters"]}
+    expected |= {name for name, _ in EXPECTED.values()} | set(FAILING.values())
+    assert names == expected
+
+
+def test_failed_call_is_an_error_span_and_the_exception_reaches_the_caller(pools_run):
+    assert pools_run.out["ppe.fail"] == ["ValueError", "bad 1"]
+    assert pools_run.out["pool.fail"] == ["ValueError", "bad 2"]
+    for api, name in FAILING.items():
+        (span,) = [s for s in pools_run.under(api) if s["name"] == name]
+        assert span["status_code"] == "ERROR" and "ValueError" in span["status_message"]
+        (event,) = [e for e in span["events"] if e["name"] == "exception"]
+        assert event["attributes"]["exception.type"] == "ValueError"
+        assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frame is not shown
+
+
+def test_user_spans_in_a_task_nest_under_the_task_span(pools_run):
+    ((_pid, inner_id),) = pools_run.out["calls"]["ppe.nested"]
+    inner = pools_run.by_id[inner_id]
+    task = pools_run.by_id[inner["parent_span_id"]]
+    assert task["name"] == "futures.task nested"
+    assert task["parent_span_id"] == pools_run.out["submitters"]["ppe.nested"]
+
+
+def test_baggage_travels_with_the_task(pools_run):
+    ((_pid, value),) = pools_run.out["calls"]["ppe.baggage"]
+    assert value == "blue"
+
+
+THREADS_PROGRAM = r'''
+import concurrent.futures as cf, json, os, threading
+from multiprocessing.pool import ThreadPool
+from opentelemetry import trace
+
+tracer = trace.get_tracer("test.threads")
+
+def where(_=None):
+    return threading.current_thread().name
+
+def user_span(name):
+    with tracer.start_as_current_span(name):
+        pass
+
+class Sub(threading.Thread):
+    def run(self):
+        user_span("user.subclass")
+
+out = {"pid": os.getpid(), "submitters": {}, "calls": {}}
+with tracer.start_as_current_span("root") as root:
+    out["trace_id"] = format(root.get_span_context().trace_id, "032x")
+    def under(api):
+        s = tracer.start_span("submit " + api)
+        out["submitters"][api] = format(s.get_span_context().span_id, "016x")
+        return s
+    with cf.ThreadPoolExecutor(2) as ex:
+        with trace.use_span(under("tpe.map"), end_on_exit=True):
+            out["calls"]["tpe.map"] = list(ex.map(where, range(6)))
+        with trace.use_span(under("tpe.submit"), end_on_exit=True):
+            out["calls"]["tpe.submit"] = [ex.submit(where).result() for _ in range(3)]
+    with ThreadPool(2) as tp:
+        with trace.use_span(under("threadpool.map"), end_on_exit=True):
+            out["calls"]["threadpool.map"] = tp.map(where, range(5))
+    with trace.use_span(under("threads"), end_on_exit=True):
+        ts = [threading.Thread(target=user_span, args=("user.thread",)),
+              threading.Timer(0.01, user_span, args=("user.timer",)), Sub()]
+        for t in ts:
+            t.start()
+    for t in ts:
+        t.join(30)
+print(json.dumps(out))
+'''
+
+
+def test_thread_pools_and_plain_threads_join_the_submitters_trace(otlp_receiver, tmp_path):
+    proc = run_instrumented(THREADS_PROGRAM, env=evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER}), timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    otlp_receiver.wait_for(lambda: {"user.thread", "user.timer", "user.subclass"} <= {s["name"] for s in otlp_receiver.spans()})
+    spans = otlp_receiver.spans()
+    for api, name, kind in (("tpe.map", "futures.task where", "thread"), ("tpe.submit", "futures.task where", "thread"),
+                            ("threadpool.map", "multiprocessing.task where", "mp.threadpool")):
+        got = [s for s in spans if s["parent_span_id"] == out["submitters"][api]]
+        assert {s["name"] for s in got} == {name}
+        assert Counter(s["attributes"]["thread.name"] for s in got) == Counter(out["calls"][api]), api
+        assert {s["attributes"]["evlog.pool.kind"] for s in got} == {kind}
+        assert {s["resource"]["process.pid"] for s in got} == {out["pid"]}
+    for name in ("user.thread", "user.timer", "user.subclass"):  # context only: no span for the thread itself
+        (s,) = [s for s in spans if s["name"] == name]
+        assert s["trace_id"] == out["trace_id"] and s["parent_span_id"] == out["submitters"]["threads"], name
+    assert not [s for s in spans if s["name"].startswith("futures.task") and "Thread" in s["name"]]
+
+
+ERRORS_PROGRAM = r'''
+import concurrent.futures as cf, multiprocessing as mp, re, sys, traceback
+
+def square(x):
+    return x * x
+
+def boom(x):
+    raise KeyError(x)
+
+def show(label, fn):
+    try:
+        r = fn()
+        print(label, "ok", r)
+    except BaseException as e:
+        text = "".join(traceback.format_exception_only(type(e), e)).strip()
+        cause = e.__cause__
+        remote = str(cause) if cause is not None else ""
+        print(label, type(e).__module__, type(e).__qualname__, re.sub(r"0x[0-9a-f]+", "0x", text))
+        print(label, "remote", re.sub(r"0x[0-9a-f]+", "0x", remote).replace("\n", "|"))
+
+def main():
+    def local(x):
+        return x
+    ctx = mp.get_context(sys.argv[1])
+    with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        show("ppe.lambda", lambda: ex.submit(lambda: 1).result())
+        show("ppe.local.map", lambda: list(ex.map(local, [1, 2])))
+        show("ppe.raise", lambda: ex.submit(boom, "k").result())
+        show("ppe.ok", lambda: ex.submit(square, 3).result())
+    with ctx.Pool(2) as p:
+        show("pool.lambda", lambda: p.map(lambda x: x, [1, 2]))
+        show("pool.local", lambda: p.apply_async(local, (1,)).get(60))
+        show("pool.raise", lambda: p.map(boom, ["a"]))
+        show("pool.ok", lambda: p.map(square, [2]))
+    with cf.ThreadPoolExecutor(1) as tx:
+        show("tpe.raise", lambda: tx.submit(boom, "t").result())
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pickling_errors_and_task_exceptions_are_exactly_as_without_evlog(otlp_receiver, tmp_path, method):
+    script = tmp_path / "errors_app.py"
+    script.write_text(ERRORS_PROGRAM)
+    plain = subprocess.run([PYTHON, str(script), method], env=evlog_env(), capture_output=True, timeout=120)
+    traced = run_instrumented([PYTHON, str(script), method], env=evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER}),
+                              timeout=120)
+    assert plain.returncode == 0 and traced.returncode == 0, traced.stderr.decode(errors="replace")
+    assert traced.stdout.decode() == plain.stdout.decode()
+    assert "Can't pickle" in plain.stdout.decode()  # the program did meet the errors it is about
+    # ...and evlog was on: the calls that ran are traced, the failing ones as errors
+    def ran():
+        got = [s for s in otlp_receiver.spans() if s["name"].endswith((" square", " boom"))]
+        return got if len(got) >= 5 else None
+
+    spans = otlp_receiver.wait_for(ran)
+    assert Counter((s["name"], s["status_code"]) for s in spans) == Counter({
+        ("futures.task square", "UNSET"): 1, ("futures.task boom", "ERROR"): 2,
+        ("multiprocessing.task square", "UNSET"): 1, ("multiprocessing.task boom", "ERROR"): 1})
+
+
+SUBCLASS_PROGRAM = r'''
+import concurrent.futures as cf, json, multiprocessing as mp, multiprocessing.pool as mpp, os
+
+def pid(_=None):
+    return os.getpid()
+
+class CountingExecutor(cf.ProcessPoolExecutor):
+    submitted = 0
+    def submit(self, fn, /, *args, **kwargs):
+        type(self).submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+class CountingThreads(cf.ThreadPoolExecutor):
+    def map(self, fn, *its, **kw):
+        return [x for x in super().map(fn, *its, **kw)]
+
+class LoggingPool(mpp.Pool):
+    def apply_async(self, func, args=(), kwds={}, callback=None, error_callback=None):
+        self.seen = getattr(self, "seen", 0) + 1
+        return super().apply_async(func, args, kwds, callback, error_callback)
+
+if __name__ == "__main__":
+    out = {}
+    with CountingExecutor(2, mp_context=mp.get_context("fork")) as ex:
+        out["ppe"] = [ex.submit(pid, i).result() for i in range(3)] + list(ex.map(pid, range(3)))
+    out["ppe_submitted"] = CountingExecutor.submitted
+    with CountingThreads(2) as tx:
+        out["tpe"] = tx.map(pid, range(3))
+    with LoggingPool(2, context=mp.get_context("fork")) as p:
+        out["pool"] = [p.apply_async(pid, (i,)).get(60) for i in range(3)] + p.map(pid, range(3))
+        out["pool_seen"] = p.seen
+    print(json.dumps(out))
+'''
+
+
+def test_subclassed_executors_and_pools_keep_working(otlp_receiver, tmp_path):
+    script = tmp_path / "subclass_app.py"
+    script.write_text(SUBCLASS_PROGRAM)
+    env = evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER})
+    traced = run_instrumented([PYTHON, str(script)], env=env, timeout=120)
+    assert traced.returncode == 0, traced.stderr.decode(errors="replace")
+    out = json.loads(traced.stdout.decode().strip().splitlines()[-1])
+    assert out["ppe_submitted"] == 6 and out["pool_seen"] == 3
+    otlp_receiver.wait_for(lambda: len(otlp_receiver.spans()) >= 15)
+    spans = otlp_receiver.spans()
+    by = Counter((s["name"], s["attributes"]["evlog.pool.kind"]) for s in spans)
+    assert by == Counter({("futures.task pid", "process"): 6, ("futures.task pid", "thread"): 3,
+                          ("multiprocessing.task pid", "mp.pool"): 6})
+    assert Counter(s["resource"]["process.pid"] for s in spans if s["attributes"]["evlog.pool.kind"] == "process") \
+        == Counter(out["ppe"])
+
+
+UNINSTRUMENT_PROGRAM = r'''
+import concurrent.futures as cf, multiprocessing as mp, threading
+import multiprocessing.pool, multiprocessing.process
+import evlog
+from evlog.bootstrap import boot
+
+evlog.configure()
+before = {
+    "tpe": cf.ThreadPoolExecutor.__dict__["submit"], "ppe": cf.ProcessPoolExecutor.__dict__["submit"],
+    "pool": mp.pool.Pool.__dict__["apply_async"], "start": mp.process.BaseProcess.__dict__["start"],
+    "thread": threading.Thread.__dict__["start"],
+}
+assert all(hasattr(f, "__wrapped__") for f in before.values()), before
+for name in ("futures", "multiprocessing"):
+    boot.active_instrumentors()[name].uninstrument()
+after = {
+    "tpe": cf.ThreadPoolExecutor.__dict__["submit"], "ppe": cf.ProcessPoolExecutor.__dict__["submit"],
+    "pool": mp.pool.Pool.__dict__["apply_async"], "start": mp.process.BaseProcess.__dict__["start"],
+    "thread": threading.Thread.__dict__["start"],
+}
+assert all(not hasattr(f, "__wrapped__") for f in after.values()), after
+with cf.ThreadPoolExecutor(1) as ex:
+    assert ex.submit(pow, 2, 3).result() == 8
+for name in ("futures", "multiprocessing"):
+    boot.active_instrumentors()[name].instrument()
+with cf.ThreadPoolExecutor(1) as ex:
+    assert ex.submit(pow, 2, 4).result() == 16
+print("ok")
+'''
+
+
+def test_uninstrument_restores_the_originals_and_instrument_puts_them_back(otlp_receiver):
+    env = evlog_env(otlp_receiver.env("grpc"))
+    proc = subprocess.run([PYTHON, "-c", UNINSTRUMENT_PROGRAM], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")
+    otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"])
+    assert len([s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"]) == 1  # only while instrumented
