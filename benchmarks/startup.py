@@ -39,6 +39,13 @@ def main() -> None:
     args = ap.parse_args()
     rounds = args.rounds or (4 if args.quick else 12)
     tmp = tempfile.mkdtemp(prefix="evlog-bench-startup-")
+    # Byte-compile evlog as an installed wheel would be: with PYTHONDONTWRITEBYTECODE set (as on this
+    # machine) an editable checkout would otherwise be recompiled by every process.
+    import compileall
+
+    import evlog
+
+    compileall.compile_dir(os.path.dirname(evlog.__file__), quiet=1)
     from evlog.launcher import SITE_DIR
 
     from evlog.viewer.receiver import OTLPReceiver

@@ -18,6 +18,8 @@ _LAZY = {
     "Event": ("evlog.processors.multieventlog", "Event"),
     "set_log_sink": ("evlog.processors.multieventlog", "set_log_sink"),
     "fetch_logs": ("evlog.processors.multieventlog", "fetch_logs"),
+    "unset_log_sink": ("evlog.processors.multieventlog", "unset_log_sink"),
+    "default_log": ("evlog.processors.multieventlog", "default_log"),
     "log_event": ("evlog.events", "log_event"),
     "get_events": ("evlog.events", "get_events"),
     "story": ("evlog.events", "story"),
