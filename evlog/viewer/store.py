@@ -8,10 +8,11 @@ transactions, so an exporter never waits on a query or on a per-row commit.
 
 Spans arrive two ways. From a run folder or OTLP/JSON they are row dicts, stored with attributes,
 events and links as JSON. From OTLP protobuf (`evlog serve`), ``decode_for_store`` keeps the parsed
-request: the writer takes the few columns the queries need straight from the message and keeps each
-span's protobuf bytes (``raw``), decoded with otlp_decode only when one task is looked at. Building a
-row dict per span and event costs about five times more than that, and would cap the server below
-the 20,000 spans/s it must store.
+request: the writer takes the few columns the queries need straight from the message, keeps the
+request's protobuf bytes once (table ``requests``) and each span's place in it (``req``, ``idx``);
+otlp_decode turns a span into a row dict only when its task is looked at. Building a row dict per
+span and event costs about five times more than that, and would cap the server below the 20,000
+spans/s it must store.
 
 Indexed by trace, task key, time and process: what the story, events, Gantt and summary ask for.
 A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` naming the file.
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterable
 from . import otlp_decode
 
 FORMAT = "evlog-store"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 # span categories: what the Gantt draws
 CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK = 0, 1, 2, 3
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS spans (
     id INTEGER PRIMARY KEY, trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, kind TEXT,
     start INTEGER, end INTEGER, status_code TEXT, status_message TEXT, task_key TEXT, prefix TEXT,
     cat INTEGER, worker TEXT, thread TEXT, process INTEGER, n_events INTEGER, deps TEXT,
-    attributes TEXT, events TEXT, links TEXT, raw BLOB, scope TEXT);
+    attributes TEXT, events TEXT, links TEXT, req INTEGER, idx INTEGER, scope TEXT);
+CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, body BLOB);
 CREATE INDEX IF NOT EXISTS spans_trace ON spans(trace_id);
 CREATE INDEX IF NOT EXISTS spans_key ON spans(task_key);
 CREATE INDEX IF NOT EXISTS spans_start ON spans(cat, start);
@@ -66,7 +68,7 @@ CREATE INDEX IF NOT EXISTS points_name ON points(name, time);
 CREATE INDEX IF NOT EXISTS points_process ON points(process);
 """
 
-_TABLES = {"evlog_meta", "processes", "spans", "logs", "points"}
+_TABLES = {"evlog_meta", "processes", "spans", "logs", "points", "requests"}
 
 
 _SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
@@ -97,12 +99,13 @@ def _columns(name: str, a: dict, res_worker: str) -> tuple:
 
 
 class RawTraces:
-    """A parsed ExportTraceServiceRequest handed to the store as is (see decode_for_store)."""
+    """A parsed ExportTraceServiceRequest and its bytes, handed to the store as is (see decode_for_store)."""
 
-    __slots__ = ("message", "n")
+    __slots__ = ("message", "body", "n")
 
-    def __init__(self, message: Any, n: int):
+    def __init__(self, message: Any, body: bytes, n: int):
         self.message = message
+        self.body = body
         self.n = n
 
     def __len__(self) -> int:
@@ -117,10 +120,11 @@ def decode_for_store(signal: str, body: Any) -> Any:
         return otlp_decode.decode_proto(signal, body)
     cls = otlp_decode.request_class(signal)
     if isinstance(body, cls):
-        message = body
+        message, body = body, body.SerializeToString()
     else:
+        body = bytes(body)
         try:
-            message = cls.FromString(bytes(body))
+            message = cls.FromString(body)
         except Exception:
             return otlp_decode.decode_proto(signal, body)  # raises DecodeError saying why
     n = 0
@@ -132,18 +136,40 @@ def decode_for_store(signal: str, body: Any) -> Any:
                     otlp_decode.decode_proto(signal, message)  # raises DecodeError naming the span
                     raise otlp_decode.DecodeError(f"resourceSpans: malformed span {sp.name[:60]!r}")
                 n += 1
-    return RawTraces(message, n)
+    return RawTraces(message, body, n)
 
 
-def _raw_rows(blobs: list[bytes]) -> list[dict]:
-    """Row dicts (otlp_decode's) of stored protobuf spans, in order."""
-    if not blobs:
-        return []
-    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+class _Requests:
+    """Stored protobuf requests, parsed on demand (a few kept: clicks tend to stay in one batch)."""
 
-    req = otlp_decode.request_class("traces")()
-    req.resource_spans.add().scope_spans.add().spans.extend(Span.FromString(b) for b in blobs)
-    return otlp_decode.decode_proto("traces", req)
+    def __init__(self, size: int = 8):
+        self.size = size
+        self._cache: dict[int, list] = {}
+        self._lock = threading.Lock()
+
+    def spans(self, conn: sqlite3.Connection, req: int) -> list:
+        with self._lock:
+            got = self._cache.get(req)
+        if got is not None:
+            return got
+        row = conn.execute("SELECT body FROM requests WHERE id = ?", (req,)).fetchone()
+        msg = otlp_decode.request_class("traces").FromString(row[0] if row else b"")
+        got = [sp for rs in msg.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+        with self._lock:
+            if len(self._cache) >= self.size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[req] = got
+        return got
+
+    def rows(self, conn: sqlite3.Connection, places: list[tuple[int, int]]) -> list[dict]:
+        """Row dicts (otlp_decode's) of the spans at these (request, index) places, in order."""
+        if not places:
+            return []
+        req = otlp_decode.request_class("traces")()
+        out = req.resource_spans.add().scope_spans.add().spans
+        for r, i in places:
+            out.append(self.spans(conn, r)[i])
+        return otlp_decode.decode_proto("traces", req)
 
 
 class StoreError(Exception):
@@ -182,6 +208,7 @@ class Store:
         self._proc_worker: dict[int, str] = {}
         self._proc_by_bytes: dict[bytes, int] = {}
         self.version = 0  # bumped after every committed batch
+        self._requests = _Requests()
         self.closed = False
         if self.path and not create and not os.path.exists(self.path):
             raise StoreError(f"{self.path}: no such database")
@@ -277,7 +304,8 @@ class Store:
             for signal, rows in batch:
                 if signal == "traces":
                     if isinstance(rows, RawTraces):
-                        self._raw_span_tuples(rows.message, spans)
+                        req = c.execute("INSERT INTO requests (body) VALUES (?)", (rows.body,)).lastrowid
+                        self._raw_span_tuples(rows.message, req, spans)
                     else:
                         self._span_tuples(rows, procs, spans)
                 elif signal == "logs":
@@ -285,7 +313,7 @@ class Store:
                 elif signal == "metrics":
                     self._point_tuples(rows, procs, points)
             if spans:
-                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
+                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
             if logs:
                 c.executemany("INSERT INTO logs VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?)", logs)
             if points:
@@ -340,10 +368,10 @@ class Store:
                 r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], r["start"], r["end"],
                 r["status_code"], r["status_message"], key, prefix, cat, worker, thread, pid, len(events), deps,
                 _dumps(a) if a else "{}", _dumps(events) if events else "[]",
-                _dumps(links) if links else "[]", None, r["scope"],
+                _dumps(links) if links else "[]", None, None, r["scope"],
             ))
 
-    def _raw_span_tuples(self, message: Any, out: list) -> None:
+    def _raw_span_tuples(self, message: Any, req: int, out: list) -> None:
         """Columns straight from an ExportTraceServiceRequest (validated by decode_for_store).
 
         The hot loop of `evlog serve`: string attributes are read directly, only the few keys the
@@ -355,12 +383,14 @@ class Store:
         pb_any = otlp_decode._pb_any
         sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
         pool_prefixes = _POOL_PREFIXES
+        idx = -1
         for rs in message.resource_spans:
             pid = self._process_pb(rs.resource)
             res_worker = self._proc_worker.get(pid, "")
             for ss in rs.scope_spans:
                 scope = ss.scope.name
                 for sp in ss.spans:
+                    idx += 1
                     key = prefix = worker = thread = deps = None
                     for kv in sp.attributes:
                         k = kv.key
@@ -393,8 +423,7 @@ class Store:
                     append((
                         sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), name, kinds[sp.kind],
                         sp.start_time_unix_nano, sp.end_time_unix_nano, codes[st.code], st.message, key, prefix,
-                        cat, worker, thread, pid, len(sp.events), deps, None, None, None,
-                        sp.SerializeToString(), scope,
+                        cat, worker, thread, pid, len(sp.events), deps, None, None, None, req, idx, scope,
                     ))
 
     def _process_pb(self, resource: Any) -> int:
@@ -481,11 +510,11 @@ class Store:
         name in ``event``.
         """
         out = []
-        rows = self._q("SELECT s.name, s.events, s.raw, s.worker, p.label FROM spans s LEFT JOIN processes p "
+        rows = self._q("SELECT s.name, s.events, s.req, s.idx, s.worker, p.label FROM spans s LEFT JOIN processes p "
                        "ON p.id = s.process WHERE s.task_key = ? ORDER BY s.start", (key,))
-        raws = iter(_raw_rows([r[2] for r in rows if r[2] is not None]))
-        for name, events, raw, worker, label in rows:
-            evs = next(raws)["events"] if raw is not None else (_loads(events) or ())
+        raws = iter(self._requests.rows(self.reader(), [(r[2], r[3]) for r in rows if r[2] is not None]))
+        for name, events, req, _idx, worker, label in rows:
+            evs = next(raws)["events"] if req is not None else (_loads(events) or ())
             for ev in evs:
                 a = ev.get("attributes") or {}
                 out.append({
@@ -504,7 +533,21 @@ class Store:
             rows = self._q(_SPAN_SELECT + " WHERE s.task_key = ? ORDER BY s.start", (key,))
         else:
             rows = self._q(_SPAN_SELECT + " WHERE s.span_id = ? ORDER BY s.start", (span_id or "",))
-        return _span_dicts(rows)
+        return self._span_dicts(rows)
+
+    def _span_dicts(self, rows: list[tuple]) -> list[dict]:
+        raws = iter(self._requests.rows(self.reader(), [(r[17], r[18]) for r in rows if r[17] is not None]))
+        out = []
+        for r in rows:
+            d = dict(zip(_SPAN_COLS, r))
+            if r[17] is not None:
+                full = next(raws)
+                d["attributes"], d["events"] = full["attributes"], full["events"]
+            else:
+                d["attributes"] = _loads(r[15])
+                d["events"] = _loads(r[16]) or []
+            out.append(d)
+        return out
 
     def span_logs(self, span_ids: list[str], key: str | None = None, limit: int = 500) -> list[dict]:
         """Events emitted inside these spans, or naming the task key."""
@@ -575,7 +618,7 @@ class Store:
 
     def span_by_id(self, row_id: int) -> dict | None:
         rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
-        return _span_dicts(rows)[0] if rows else None
+        return self._span_dicts(rows)[0] if rows else None
 
     def dependencies(self, limit: int | None = None) -> list[tuple]:
         """(task_key, prefix, status_code, worker, dependencies JSON or None) per scheduler task span."""
@@ -604,24 +647,9 @@ class Store:
 
 _SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "
                 "s.status_code, s.status_message, s.task_key, s.prefix, s.worker, s.thread, p.label, "
-                "s.attributes, s.events, s.raw FROM spans s LEFT JOIN processes p ON p.id = s.process")
+                "s.attributes, s.events, s.req, s.idx FROM spans s LEFT JOIN processes p ON p.id = s.process")
 _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "start", "end", "status_code",
               "status_message", "task_key", "prefix", "worker", "thread", "process")
-
-
-def _span_dicts(rows: list[tuple]) -> list[dict]:
-    raws = iter(_raw_rows([r[17] for r in rows if r[17] is not None]))
-    out = []
-    for r in rows:
-        d = dict(zip(_SPAN_COLS, r))
-        if r[17] is not None:
-            full = next(raws)
-            d["attributes"], d["events"] = full["attributes"], full["events"]
-        else:
-            d["attributes"] = _loads(r[15])
-            d["events"] = _loads(r[16]) or []
-        out.append(d)
-    return out
 
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
