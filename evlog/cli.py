@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 import signal
+import sqlite3
 import sys
 import tempfile
 import threading
@@ -413,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except CLIError as e:
         _err(str(e))
+        return 1
+    except sqlite3.DatabaseError as e:  # a database that opened but is damaged further in
+        _err(f"{getattr(args, 'db', None) or 'the database'}: damaged database ({e})")
         return 1
     except BrokenPipeError:  # `evlog events | head`
         try:

@@ -174,6 +174,26 @@ def test_a_corrupt_or_foreign_database_gets_a_clear_message(tmp_path, capsys):
     assert code == 1 and "no such database" in err
 
 
+def test_a_damaged_evlog_database_gets_a_clear_message(run, tmp_path, capsys):
+    from evlog.viewer.runfolder import RunFolder
+    from evlog.viewer.store import Store
+
+    path, info = run
+    db = tmp_path / "damaged.sqlite"
+    st = Store(str(db))
+    RunFolder(path).load_into(st)
+    st.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    st.close()
+    data = bytearray(db.read_bytes())
+    page = 4096
+    data[page:] = b"\xa5" * (len(data) - page)  # keep the header page, scramble every table
+    db.write_bytes(bytes(data))
+    for argv in (["summary", "--db", str(db)], ["story", info["keys"][0], "--db", str(db)]):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 1, argv
+        assert err.startswith(f"evlog: {db}:") and "damaged database" in err and "Traceback" not in err
+
+
 def test_bad_usage_exits_2(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["story"])

@@ -258,6 +258,13 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
         assert browser.wait_js("!document.getElementById('metadata-section').hidden && "
                                "document.querySelector('#metadata .uplot') !== null", what="metadata graph")
         assert "x axis: epoch" in browser.js("document.querySelector('#metadata h3').textContent")
+        # a click on a legend entry shows only that series; a second click shows all again
+        legend = "Array.from(document.querySelectorAll('#metadata .legend span')).map(s => [s.textContent, s.classList.contains('off')])"
+        assert browser.js(legend) == [["acc", False], ["loss", False]]
+        click_element(browser, "#metadata .legend span[data-series=loss]")
+        assert browser.js(legend) == [["acc", True], ["loss", False]]
+        click_element(browser, "#metadata .legend span[data-series=loss]")
+        assert browser.js(legend) == [["acc", False], ["loss", False]]
         # live: new spans arrive without reloading the page
         before = browser.js("+document.querySelector('#count-spans b').textContent.replace(/,/g, '')")
         send_spans(serve, 5)
@@ -277,6 +284,36 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
     finally:
         serve.stop()
     assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
+
+
+def click_element(browser, selector: str) -> None:
+    c = browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}}); "
+                   "const r = e.getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()")
+    browser.click(c["x"], c["y"])
+
+
+def test_the_page_asks_for_the_token(tmp_path, browser):
+    from synthetic_run import make_run
+    from test_cli import _start_view, _stop
+
+    folder = str(tmp_path / "run")
+    make_run(folder, n_tasks=20)
+    proc, url = _start_view(folder, "--token", "open-sesame")
+    try:
+        browser.goto(url)
+        browser.wait_js("!document.getElementById('token-dialog').hidden", what="the token dialog")
+        assert browser.js("document.body.getAttribute('data-refreshes')") is None
+        browser.js("document.getElementById('token-input').value = 'wrong'; "
+                   "document.getElementById('token-form').requestSubmit()")
+        browser.wait_js("!document.getElementById('token-dialog').hidden && "
+                        "!document.getElementById('token-error').hidden", what="the wrong-token message")
+        browser.js("document.getElementById('token-input').value = 'open-sesame'; "
+                   "document.getElementById('token-form').requestSubmit()")
+        browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", what="the dashboard after the token")
+        assert int(browser.js("document.getElementById('gantt').getAttribute('data-bars')")) == 20
+        browser.wait_js("document.getElementById('status').textContent === 'live'", what="live updates with the token")
+    finally:
+        _stop(proc)
 
 
 def send_spans(serve, n: int) -> None:

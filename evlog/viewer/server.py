@@ -21,6 +21,7 @@ import ipaddress
 import json
 import math
 import os
+import sqlite3
 import threading
 from typing import Any, Callable
 
@@ -43,6 +44,10 @@ LINE_PLOTS = (
     ("evlog.event.saturation", "Event saturation", "events in flight"),
 )
 _ALWAYS_PLOTTED = 4  # the first four are drawn even when empty
+
+
+class QueryError(Exception):
+    """A query that failed on the data (not on the request): answered 500 with the message."""
 
 
 def is_loopback(host: str) -> bool:
@@ -455,7 +460,10 @@ class Dashboard:
                     given = h[7:].strip()
                 if not hmac.compare_digest(given.encode(), self.token.encode()):
                     return web.json_response({"error": "token required", "token_required": True}, status=401)
-            return await handler(request)
+            try:
+                return await handler(request)
+            except QueryError as e:
+                return web.json_response({"error": str(e)}, status=500)
 
         return auth
 
@@ -470,7 +478,10 @@ class Dashboard:
                 self._cache.move_to_end(ck)
                 return self._cache[ck]
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._pool, fn, *args)
+        try:
+            result = await loop.run_in_executor(self._pool, fn, *args)
+        except sqlite3.DatabaseError as e:  # a damaged file: say so on the page, keep serving
+            raise QueryError(f"{self.store.path or 'the store'}: damaged database ({e})") from None
         with self._cache_lock:
             self._cache[ck] = result
             while len(self._cache) > 64:

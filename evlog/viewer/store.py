@@ -219,7 +219,9 @@ class Store:
                                         isolation_level=None, timeout=30)
             self._check_and_create(create)
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path}: not an evlog database ({e})") from None
+            if "not a database" in str(e):
+                raise StoreError(f"{self.path}: not an evlog database ({e})") from None
+            raise StoreError(f"{self.path}: damaged database ({e})") from None
         except sqlite3.Error as e:  # e.g. OperationalError: unable to open database file
             raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
         self._load_processes()

@@ -24,6 +24,7 @@
     return function (e) {
       if (e && e.status === 401) return;
       EV.log(what + " failed", e);
+      if (e && e.status >= 500 && e.data && e.data.error) message(e.data.error);
     };
   }
 
