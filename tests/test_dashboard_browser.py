@@ -13,9 +13,7 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -91,7 +89,8 @@ class Browser:
             if fut is not None and not fut.done():
                 fut.set_result(data)
             elif data.get("method") == "Runtime.consoleAPICalled":
-                self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in data["params"]["args"]))
+                args = data["params"]["args"]
+                self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
             elif data.get("method") == "Runtime.exceptionThrown":
                 self.console.append("EXCEPTION " + json.dumps(data["params"]["exceptionDetails"])[:500])
 
@@ -132,7 +131,8 @@ class Browser:
             if last and not isinstance(last, Exception):
                 return last
             time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what or expression}: last {last!r}; console: {self.console[-10:]}")
+        raise AssertionError(f"timed out waiting for {what or expression}: last {last!r}; "
+                             f"console: {self.console[-10:]}")
 
     def click(self, x: float, y: float) -> None:
         """A real mouse click at page coordinates (viewport)."""
@@ -259,7 +259,8 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
                                "document.querySelector('#metadata .uplot') !== null", what="metadata graph")
         assert "x axis: epoch" in browser.js("document.querySelector('#metadata h3').textContent")
         # a click on a legend entry shows only that series; a second click shows all again
-        legend = "Array.from(document.querySelectorAll('#metadata .legend span')).map(s => [s.textContent, s.classList.contains('off')])"
+        legend = ("Array.from(document.querySelectorAll('#metadata .legend span'))"
+                  ".map(s => [s.textContent, s.classList.contains('off')])")
         assert browser.js(legend) == [["acc", False], ["loss", False]]
         click_element(browser, "#metadata .legend span[data-series=loss]")
         assert browser.js(legend) == [["acc", True], ["loss", False]]
@@ -287,8 +288,9 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
 
 
 def click_element(browser, selector: str) -> None:
-    c = browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}}); "
-                   "const r = e.getBoundingClientRect(); return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()")
+    c = browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                   "e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); "
+                   "return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()")
     browser.click(c["x"], c["y"])
 
 
