@@ -1,0 +1,224 @@
+"""Dask distributed: task spans across client, scheduler and workers; structured events; metrics.
+
+Activated in every process that imports ``distributed`` (the bootstrap calls
+``DaskInstrumentor().instrument()``), so a LocalCluster's worker processes and ``dask scheduler`` /
+``dask worker`` processes started under evlog-instrument are covered with no change to the app.
+
+What it produces (names in docs/conventions.md, section Dask):
+- client (dask_client): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; the
+  graph carries its context as the task annotation ``evlog.traceparent``;
+- scheduler (dask_scheduler, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
+  ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers;
+- worker (dask_worker, a WorkerPlugin plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
+  execution, the current span while the task runs; span ``dask.transfer`` per gather_dep; metrics
+  dask.task.duration and dask.transfer.bytes;
+- everywhere: event ``dask.log_event`` (attribute dask.topic, body msg) for each log_event, in the
+  process that published it; resource attributes dask.role, dask.worker.address, dask.worker.name.
+
+Context travels client -> scheduler -> worker in the annotation; scheduler and worker spans are
+children of the client's ``dask.compute`` span, and user spans inside a task are children of its
+``dask.execute`` span. Hot paths only append tuples; spans are built in batches by one background
+thread per process (dask_spans), whose OTLP encoding has a fast path.
+"""
+from __future__ import annotations
+
+import importlib
+import weakref
+
+import wrapt
+
+from evlog import _report, events
+
+_ROLE_ORDER = ("scheduler", "worker", "nanny", "client")
+
+
+class _Roles:
+    """The process's dask.role resource attribute: the first of scheduler, worker, nanny, client
+    that this process hosts; a worker's address and name when the process is a worker's."""
+
+    def __init__(self):
+        self.have: set = set()
+        self.sent: dict = {}
+
+    def add(self, role: str, worker=None) -> None:
+        try:
+            self.have.add(role)
+            attrs = {"dask.role": next(r for r in _ROLE_ORDER if r in self.have)}
+            if worker is not None and "scheduler" not in self.have and "dask.worker.address" not in self.sent:
+                attrs["dask.worker.address"] = str(worker.address)
+                attrs["dask.worker.name"] = str(worker.name)
+            changed = {k: v for k, v in attrs.items() if self.sent.get(k) != v}
+            if changed:
+                from evlog.bootstrap import sdk
+
+                self.sent.update(changed)
+                sdk.update_resource(changed)
+        except Exception as exc:
+            _report.warn_once("dask-role", f"the Dask role could not be recorded: {exc!r}")
+
+
+roles = _Roles()
+
+
+# ---- construction hooks -------------------------------------------------------------------------
+
+def _scheduler_init(wrapped, instance, args, kwargs):
+    wrapped(*args, **kwargs)
+    try:
+        from evlog import config
+
+        from . import dask_scheduler as sched
+        from .dask_spans import assembler
+
+        rec = sched.SchedulerRecorder(instance, transitions=config.get().dask_transitions)
+        instance.add_plugin(rec, name=rec.name, idempotent=True)
+        rec.originals = sched.relay_handlers(instance, rec)
+        roles.add("scheduler")
+        sched.install_metrics()
+        assembler.add(rec)
+    except Exception as exc:
+        _report.warn_once("dask-scheduler", f"this Dask scheduler runs without evlog's task spans: {exc!r}")
+
+
+def _worker_init(wrapped, instance, args, kwargs):
+    wrapped(*args, **kwargs)
+    try:
+        from .dask_worker import WorkerRecorder, startup_information
+
+        instance._pending_plugins = tuple(instance._pending_plugins) + (WorkerRecorder(),)
+        instance.startup_information.setdefault("evlog", startup_information)
+        _workers.add(instance)
+    except Exception as exc:
+        _report.warn_once("dask-worker", f"this Dask worker runs without evlog's task spans: {exc!r}")
+
+
+def _nanny_init(wrapped, instance, args, kwargs):
+    wrapped(*args, **kwargs)
+    roles.add("nanny")
+
+
+def _client_init(wrapped, instance, args, kwargs):
+    wrapped(*args, **kwargs)
+    roles.add("client")
+
+
+def _log_event(wrapped, instance, args, kwargs):
+    """Worker.log_event and Client.log_event: emitted here, where the event is published."""
+    result = wrapped(*args, **kwargs)
+    try:
+        topic = args[0] if args else kwargs["topic"]
+        msg = args[1] if len(args) > 1 else kwargs["msg"]
+        for name in events._topics(topic):
+            events.record_event(name, msg)
+            events.emit("dask.log_event", "dask.topic", name, msg)
+    except Exception as exc:
+        _report.warn_once("dask-log-event", f"a Dask event could not be recorded: {exc!r}")
+    return result
+
+
+_workers: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _patches() -> list:
+    """(module, Class.method, wrapper): every patch; uninstrument puts each original back."""
+    from . import dask_client, dask_worker
+
+    table = [
+        ("distributed.scheduler", "Scheduler.__init__", _scheduler_init),
+        ("distributed.worker", "Worker.__init__", _worker_init),
+        ("distributed.worker", "Worker.execute", dask_worker.execute),
+        ("distributed.worker", "Worker.gather_dep", dask_worker.gather_dep),
+        ("distributed.worker", "Worker.log_event", _log_event),
+        ("distributed.nanny", "Nanny.__init__", _nanny_init),
+        ("distributed.client", "Client.__init__", _client_init),
+        ("distributed.client", "Client.log_event", _log_event),
+        ("distributed.client", "Client._graph_to_futures", dask_client.graph_to_futures),
+    ]
+    table += [("distributed.client", f"Client.{m}", dask_client.compute_call(m)) for m in dask_client.METHODS]
+    return table
+
+
+def _drain_all() -> None:
+    from .dask_spans import assembler
+
+    assembler.run_once()
+
+
+def _at_exit() -> None:
+    if DaskInstrumentor._active:
+        from .dask_spans import assembler
+
+        assembler.stop()
+
+
+_exit_hooked = False
+
+
+class DaskInstrumentor:
+    """instrument() patches Dask's classes; uninstrument() restores them and detaches from live
+    schedulers and workers. Both idempotent."""
+
+    _active = False
+    _undo: list = []  # (owner, attribute, original)
+
+    def instrument(self) -> None:
+        global _exit_hooked
+        cls = DaskInstrumentor
+        if cls._active:
+            return
+        done = []
+        try:
+            for module, path, wrapper in _patches():
+                owner_name, attr = path.rsplit(".", 1)
+                owner = getattr(importlib.import_module(module), owner_name)
+                original = owner.__dict__[attr]
+                wrapt.wrap_function_wrapper(owner, attr, wrapper)
+                done.append((owner, attr, original))
+        except Exception as exc:
+            for owner, attr, original in reversed(done):
+                setattr(owner, attr, original)
+            _report.warn_once("dask-instrument", f"the Dask instrumentation could not start: {exc!r}")
+            return
+        cls._undo = done
+        cls._active = True
+        events.add_flusher(_drain_all)
+        if not _exit_hooked:
+            from evlog.bootstrap import lifecycle
+
+            lifecycle.before_flush(_at_exit)
+            _exit_hooked = True
+
+    def uninstrument(self) -> None:
+        cls = DaskInstrumentor
+        if not cls._active:
+            return
+        for owner, attr, original in reversed(cls._undo):
+            setattr(owner, attr, original)
+        cls._undo = []
+        cls._active = False
+        events.remove_flusher(_drain_all)
+        from . import dask_scheduler, dask_worker
+        from .dask_spans import assembler, encoder_patch
+
+        for rec in list(dask_scheduler._live):
+            try:
+                rec.scheduler.plugins.pop(rec.name, None)
+                dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
+                assembler.remove(rec)
+                dask_scheduler.retire(rec)
+            except Exception as exc:
+                _report.warn_once("dask-uninstrument", f"cannot detach from a Dask scheduler: {exc!r}")
+        for worker in list(_workers):
+            try:
+                rec = worker.plugins.pop(dask_worker.NAME, None)
+                worker._pending_plugins = tuple(p for p in worker._pending_plugins
+                                                if not isinstance(p, dask_worker.WorkerRecorder))
+                if worker.startup_information.get("evlog") is dask_worker.startup_information:
+                    del worker.startup_information["evlog"]
+                if rec is not None:
+                    rec.teardown(worker)
+            except Exception as exc:
+                _report.warn_once("dask-uninstrument", f"cannot detach from a Dask worker: {exc!r}")
+        _workers.clear()
+        assembler.stop()
+        encoder_patch.uninstall()

@@ -1,0 +1,412 @@
+"""The scheduler side: one span per task life, a span event per transition, structured events.
+
+A SchedulerPlugin (added to every Scheduler as it is built) records each transition as one tuple
+on the scheduler's event loop and does nothing else there. The assembler thread (dask_spans)
+drains the tuples every half second and:
+
+- groups them per task into lives: a life starts at the task's first transition and its span
+  ``dask.task {prefix}`` ends at the first transition to memory, erred or forgotten. Transitions
+  that follow soon after (memory -> released -> forgotten once the client lets go) still join the
+  same span as events, for GRACE seconds or until the task is forgotten; later ones start a new
+  life, which is exported only if something happened in it (a worker holding the result died, the
+  task ran again), so a task costs one span however long its result lives;
+- keeps every transition in this process's story ledger (evlog.story) and counts them by
+  (start, finish) for the ``dask.scheduler.transitions`` counter.
+
+The span's parent is the client call's ``dask.compute`` span, taken from the task annotation
+``evlog.traceparent``. A graph submitted with no such annotation (a client without evlog) gets one
+``dask.compute`` span made here, per submission, and its tasks get the annotation, so workers put
+their spans in the same trace.
+
+``log_event`` calls published here become ``dask.log_event`` events (and entries of this process's
+evlog.get_events ledger), except those relayed from a worker or client that did both itself
+(workers with evlog say so in their startup information; clients are assumed to have evlog).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import deque
+from time import monotonic
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from evlog import _report, events
+
+from . import dask_spans as ds
+
+GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
+TERMINAL = frozenset({"memory", "erred", "forgotten"})
+_Transition = events.Transition
+_new = tuple.__new__
+
+_live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
+
+
+class _Life:
+    """One life of a task on the scheduler: the transitions of one span."""
+
+    __slots__ = ("key", "ts", "trans", "end", "state", "worker", "deps", "kw", "emitted")
+
+    def __init__(self, key, ts):
+        self.key = key
+        self.ts = ts
+        self.trans = []
+        self.end = None  # time of the first transition to memory/erred/forgotten
+        self.state = None
+        self.worker = None  # the worker it last ran on or was computed on
+        self.deps = None
+        self.kw = None  # the keyword arguments of the memory/erred transition
+        self.emitted = False
+
+
+class SchedulerRecorder(SchedulerPlugin):
+    """Records transitions as tuples; the assembler turns them into spans later."""
+
+    name = "evlog-telemetry"
+    idempotent = True
+
+    def __init__(self, scheduler, transitions: bool = True):
+        self.scheduler = scheduler
+        self._tasks = scheduler.tasks
+        self._log: deque = deque()
+        self._append = self._log.append
+        self._time = time.time
+        self._transitions_on = transitions
+        self._open: dict = {}
+        self._ended: deque = deque()  # (monotonic time it ended, life)
+        self._removed: dict = {}  # stimulus_id of a worker removal -> worker address
+        self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
+        self.counts: dict = {}  # (start, finish) -> transitions so far
+        self._names: dict = {}
+        self._res = None  # this process's resource, read once per drain
+        self._lock = threading.Lock()
+        _live.add(self)
+
+    # ---- the hot path: one tuple per transition ------------------------------------------------
+
+    def transition(self, key, start, finish, *args, stimulus_id=None, **kw):
+        ts = self._tasks.get(key)
+        if finish == "processing":
+            extra = ts.processing_on if ts is not None else None
+        elif finish == "memory" or finish == "erred":
+            deps = ts.dependencies if ts is not None else None
+            extra = (kw, [d.key for d in deps] if deps else None)
+        else:
+            extra = kw or None
+        self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
+
+    # ---- other hooks -----------------------------------------------------------------------------
+
+    def log_event(self, topic, msg):
+        try:
+            if topic == "all" and type(msg) is dict and msg.get("action") == "remove-worker":
+                if len(self._removed) > 1024:
+                    self._removed.clear()
+                self._removed[msg.get("stimulus_id")] = msg.get("worker")
+            if not self._relaying:  # else its publisher recorded and emitted it
+                events.record_event(topic, msg)
+                events.emit("dask.log_event", "dask.topic", topic, msg)
+        except Exception as exc:
+            _report.warn_once("dask-log-event", f"a Dask event could not be recorded: {exc!r}")
+
+    def update_graph(self, scheduler, *, client=None, keys=None, tasks=None, annotations=None, **kwargs):
+        """Give tasks submitted without a trace context one ``dask.compute`` span per submission."""
+        try:
+            carried = (annotations or {}).get(ds.CARRIER) or {}
+            if tasks is None or len(carried) >= len(tasks):
+                return
+            get = scheduler.tasks.get
+            need = []
+            for key in tasks:
+                if key in carried:
+                    continue
+                ts = get(key)
+                if ts is not None and not (ts.annotations and ds.CARRIER in ts.annotations):
+                    need.append(ts)
+            if need:
+                self._group(client, need)
+        except Exception as exc:
+            _report.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
+
+    def _group(self, client, need) -> None:
+        from opentelemetry import context, trace
+
+        tracer = trace.get_tracer(ds.SCOPE.name, ds.SCOPE.version)
+        attrs = {"dask.task.key": str(need[0].key), "dask.task.count": len(need)}
+        if client:
+            attrs["dask.client.id"] = str(client)
+        span = tracer.start_span("dask.compute", context.Context(), SpanKind.PRODUCER, attrs)
+        tp = ds.format_traceparent(span.get_span_context())
+        for ts in need:
+            if ts.annotations is None:
+                ts.annotations = {}
+            ts.annotations[ds.CARRIER] = tp
+        span.end()
+
+    async def close(self):
+        ds.assembler.remove(self)
+        retire(self)
+
+
+    # ---- the assembler's side --------------------------------------------------------------------
+
+    def drain(self, final: bool = False) -> list:
+        with self._lock:
+            return self._drain(final)
+
+    def _drain(self, final: bool) -> list:
+        log = self._log
+        pop = log.popleft
+        opened = self._open
+        counts = self.counts
+        out: list = []
+        story: list = []
+        now = monotonic()
+        self._res = ds.resource()
+        for _ in range(len(log)):
+            key, start, finish, stim, t, ts, extra = pop()
+            pair = (start, finish)
+            counts[pair] = counts.get(pair, 0) + 1
+            life = opened.get(key)
+            if life is None:
+                life = opened[key] = _Life(key, ts)
+            elif life.emitted or (life.end is not None and finish != "released" and finish != "forgotten"):
+                self._emit(life, out)  # it runs again, or its span is out already: a new life
+                prev, life = life, _Life(key, ts)
+                life.worker = prev.worker
+                opened[key] = life
+            if finish == "processing":
+                w = life.worker = extra.address if extra is not None else None
+            elif finish == "memory" or finish == "erred":
+                kw, deps = extra
+                life.kw = kw
+                if deps:
+                    life.deps = deps
+                w = kw.get("worker") or (life.worker if start == "processing" else None)
+                if w:
+                    life.worker = w
+            elif start == "processing" or start == "memory":
+                w = life.worker  # the worker it leaves (released, died, stolen)
+            else:
+                w = None
+            tr = _new(_Transition, (key, start, finish, stim, w, t))
+            life.trans.append(tr)
+            story.append(tr)
+            if life.end is None and finish in TERMINAL:
+                life.end = t
+                life.state = finish
+                self._ended.append((now, life))
+            if finish == "forgotten":
+                self._emit(life, out)
+                if opened.get(key) is life:
+                    del opened[key]
+        ended = self._ended
+        while ended and (final or now - ended[0][0] >= GRACE):
+            self._emit(ended.popleft()[1], out)  # stays in _open (as emitted) until forgotten
+        if final:
+            for life in opened.values():
+                self._emit(life, out)
+            opened.clear()
+        if story:
+            events.record_transitions(story)
+        return out
+
+    def _emit(self, life: _Life, out: list) -> None:
+        if life.emitted or not life.trans:
+            return
+        life.emitted = True
+        if self._only_released(life):
+            life.trans, life.kw, life.deps = [], None, None
+            return
+        try:
+            span = self._span(life)
+        except Exception as exc:
+            _report.warn_once("dask-task-span", f"a Dask task span could not be built: {exc!r}")
+            return
+        finally:
+            life.trans, life.kw, life.deps = [], None, None  # the span keeps what it needs
+        if span is not None:
+            out.append(span)
+
+    def _only_released(self, life: _Life) -> bool:
+        """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
+        kept in the story ledger only, so a task costs one span however long its result lives."""
+        trans = life.trans
+        if trans[0][1] not in ("memory", "erred"):
+            return False
+        removed = self._removed
+        return all(t[2] in ("released", "forgotten") and t[3] not in removed for t in trans)
+
+    def _span(self, life: _Life):
+        ts = life.ts
+        ann = ts.annotations if ts is not None else None
+        parent = ds.parse_traceparent(ann[ds.CARRIER]) if ann and ds.CARRIER in ann else None
+        if parent is not None:
+            if not parent.trace_flags.sampled:
+                return None
+            trace_id = parent.trace_id
+        else:
+            trace_id = ds.trace_of_group(getattr(ts.group, "span_id", None) if ts is not None else None)
+        key = life.key
+        prefix = ts.prefix.name if ts is not None else "unknown"
+        name = self._names.get(prefix)
+        if name is None:
+            name = self._names[prefix] = f"dask.task {prefix}"
+        attrs = {
+            "dask.task.key": key if type(key) is str else str(key),
+            "dask.task.prefix": prefix,
+            "dask.task.group": ts.group.name if ts is not None else prefix,
+            "dask.task.state": life.state or (ts.state if ts is not None else "unknown"),
+        }
+        if life.worker:
+            attrs["dask.worker.address"] = life.worker
+        if ts is not None:
+            if ts.nbytes is not None and ts.nbytes >= 0:
+                attrs["dask.task.nbytes"] = ts.nbytes
+            deps = life.deps or [d.key for d in ts.dependencies]
+            if deps:
+                attrs["dask.task.dependencies"] = [d if type(d) is str else str(d) for d in deps]
+            if ts.suspicious:
+                attrs["dask.task.suspicious"] = ts.suspicious
+        removed = self._removed
+        if removed:
+            lost = [removed[t[3]] for t in life.trans if t[3] in removed and t[4] == removed[t[3]]]
+            if lost:
+                attrs["dask.task.workers_lost"] = sorted(set(lost))
+        status, extra = ds.UNSET, ()
+        if life.state == "erred":
+            text, tb = _error_text(ts, life.kw or {})
+            status = Status(StatusCode.ERROR, text)
+            ev = {"exception.message": text}
+            if tb:
+                ev["exception.stacktrace"] = tb
+            extra = (("exception", int(life.end * 1e9), ev),)
+        trans = life.trans
+        return ds.FinishedSpan(
+            name, ds.context(trace_id, ds.new_span_id()), parent, self._res, attrs, SpanKind.INTERNAL,
+            status, int(trans[0][-1] * 1e9), int((life.end or trans[-1][-1]) * 1e9),
+            trans if self._transitions_on else (), extra,
+        )
+
+
+def retire(rec: SchedulerRecorder) -> None:
+    """A closed scheduler's transition counts stay in the (cumulative) counter."""
+    if rec in _live:
+        _live.discard(rec)
+        for pair, n in rec.counts.items():
+            _retired[pair] = _retired.get(pair, 0) + n
+
+
+_retired: dict = {}
+
+
+def _error_text(ts, kw: dict) -> tuple[str, str]:
+    text = kw.get("exception_text") or (getattr(ts, "exception_text", None) if ts is not None else None)
+    if not text and kw.get("exception") is not None:
+        try:
+            from distributed.protocol.pickle import loads
+
+            exc = kw["exception"]
+            exc = loads(exc) if isinstance(exc, bytes) else getattr(exc, "data", exc)
+            text = f"{type(exc).__name__}: {exc}"
+        except Exception:
+            text = "unknown error"
+    if not text and ts is not None and getattr(ts, "exception_blame", None) is not None:
+        text = f"dependency {ts.exception_blame.key!r} erred"
+    tb = kw.get("traceback_text") or (getattr(ts, "traceback_text", None) if ts is not None else None)
+    return str(text or "erred"), str(tb or "")
+
+
+# ---- relayed events: emitted where they were published -----------------------------------------
+
+def relay_handlers(scheduler, rec: SchedulerRecorder) -> dict:
+    """Wrap the scheduler's handlers for events published by workers and clients; returns the
+    originals (to put back on uninstrument)."""
+    originals = {}
+    sh = scheduler.stream_handlers
+    orig_worker = sh.get("log-event")
+    if orig_worker is not None:
+        def log_worker_event(worker=None, topic=None, msg=None, **kw):
+            ws = scheduler.workers.get(worker) if worker is not None else None
+            relayed = ws is not None and bool(ws.extra.get("evlog"))
+            rec._relaying += relayed
+            try:
+                return orig_worker(worker=worker, topic=topic, msg=msg, **kw)
+            finally:
+                rec._relaying -= relayed
+
+        originals[("stream", "log-event")] = orig_worker
+        sh["log-event"] = log_worker_event
+    orig_client = scheduler.handlers.get("log_event")
+    if orig_client is not None:
+        def log_event(*args, **kw):
+            rec._relaying += 1
+            try:
+                return orig_client(*args, **kw)
+            finally:
+                rec._relaying -= 1
+
+        originals[("rpc", "log_event")] = orig_client
+        scheduler.handlers["log_event"] = log_event
+    return originals
+
+
+def unrelay_handlers(scheduler, originals: dict) -> None:
+    for (kind, name), fn in originals.items():
+        (scheduler.stream_handlers if kind == "stream" else scheduler.handlers)[name] = fn
+
+
+# ---- metrics ------------------------------------------------------------------------------------
+
+def _observe_transitions(options):
+    from opentelemetry.metrics import Observation
+
+    total: dict = dict(_retired)
+    for rec in list(_live):
+        for pair, n in list(rec.counts.items()):
+            total[pair] = total.get(pair, 0) + n
+    return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f}) for (s, f), n in total.items()]
+
+
+def _observe_tasks(options):
+    from opentelemetry.metrics import Observation
+
+    total: dict = {}
+    for rec in list(_live):
+        for tp in list(rec.scheduler.task_prefixes.values()):
+            for state, n in list(tp.states.items()):
+                total[state] = total.get(state, 0) + n
+    return [Observation(n, {"dask.task.state": s}) for s, n in total.items()]
+
+
+def _observe_workers(options):
+    from opentelemetry.metrics import Observation
+
+    total: dict = {}
+    for rec in list(_live):
+        for ws in list(rec.scheduler.workers.values()):
+            s = getattr(ws.status, "name", str(ws.status))
+            total[s] = total.get(s, 0) + 1
+    return [Observation(n, {"dask.worker.status": s}) for s, n in total.items()]
+
+
+_instruments: list = []
+
+
+def install_metrics() -> None:
+    """The scheduler's instruments, once per process; they read state only when exported."""
+    if _instruments:
+        return
+    from opentelemetry import metrics
+
+    meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
+    _instruments.append(meter.create_observable_counter(
+        "dask.scheduler.transitions", [_observe_transitions], unit="{transition}",
+        description="scheduler task transitions, by start and finish state"))
+    _instruments.append(meter.create_observable_gauge(
+        "dask.scheduler.tasks", [_observe_tasks], unit="{task}", description="tasks known to the scheduler, by state"))
+    _instruments.append(meter.create_observable_gauge(
+        "dask.scheduler.workers", [_observe_workers], unit="{worker}", description="workers, by status"))

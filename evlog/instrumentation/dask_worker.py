@@ -1,0 +1,268 @@
+"""The worker side: one span per execution, one per transfer, structured events.
+
+``Worker.execute`` is wrapped: before the task runs, the span context of its ``dask.execute
+{prefix}`` span (a new span id, child of the client call's span from the task annotation
+``evlog.traceparent``) becomes the current context of the execute coroutine; Dask copies that
+context into the executor thread, so spans the user makes inside the task nest under it. After the
+task, one tuple is recorded; the assembler (dask_spans) builds the span later, with the task's
+other startstops (disk-read, disk-write) as span events, and records ``dask.task.duration``.
+
+``Worker.gather_dep`` is wrapped the same way for ``dask.transfer`` spans, in the trace of the task
+that needed the data.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+
+from distributed.diagnostics.plugin import WorkerPlugin
+from opentelemetry import context as _ctx
+from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode, set_span_in_context
+
+from evlog import _report
+
+from . import dask_spans as ds
+
+NAME = "evlog-telemetry"
+_attach, _detach, _Context = _ctx.attach, _ctx.detach, _ctx.Context
+_time = time.time
+_histogram: list = []  # the dask.task.duration instrument, made once per process
+_transferred = [0]  # bytes received from other workers by this process's workers (a counter)
+
+
+class WorkerRecorder(WorkerPlugin):
+    """Records executions and transfers as tuples; the assembler builds their spans."""
+
+    name = NAME
+    idempotent = True
+
+    def __init__(self):
+        self.worker = None
+        self.address = None
+        self._log: deque = deque()
+        self._append = self._log.append
+        self._names: dict = {}
+        self._threads: dict = {}
+        self._lock = threading.Lock()
+
+    def setup(self, worker):
+        self.worker = worker
+        self.address = worker.address
+        from .dask import roles
+
+        roles.add("worker", worker=worker)
+        ds.assembler.add(self)
+
+    def teardown(self, worker):
+        ds.assembler.remove(self)
+
+    # ---- on the worker's event loop --------------------------------------------------------------
+
+    def begin(self, ts):
+        """The span context of this execution (and its parent) from the task's annotation."""
+        ann = ts.annotations
+        parent = ds.parse_traceparent(ann[ds.CARRIER]) if ann and ds.CARRIER in ann else None
+        if parent is not None:
+            trace_id = parent.trace_id
+            if not parent.trace_flags.sampled:
+                return None, parent
+        else:
+            trace_id = ds.trace_of_group(ts.span_id)
+        return ds.context(trace_id, ds.new_span_id()), parent
+
+    def executed(self, worker, key, ts, sc, parent, n0, t0, ev) -> None:
+        start = getattr(ev, "start", None)
+        if start is not None:
+            delay = worker.scheduler_delay
+            start, stop = start - delay, ev.stop - delay
+        else:
+            start, stop = t0, _time()
+        err = None
+        text = getattr(ev, "exception_text", None)
+        if text is not None:
+            err = (text, getattr(ev, "traceback_text", None) or "")
+        elif not hasattr(ev, "value"):
+            err = ("rescheduled", "")  # RescheduleEvent: the task asked to run elsewhere
+        self._append((0, key, ts, sc, parent, n0, start, stop, worker.threads.get(key), err))
+
+    def transferred(self, worker, source, keys, nbytes, t0, t1, ev) -> None:
+        ok = type(ev).__name__ == "GatherDepSuccessEvent"
+        if ok:
+            _transferred[0] += nbytes
+        tasks = worker.state.tasks
+        parent = None
+        for k in keys:
+            ts = tasks.get(k)
+            for dep in (ts.dependents if ts is not None else ()):
+                ann = dep.annotations
+                if ann and ds.CARRIER in ann:
+                    parent = ds.parse_traceparent(ann[ds.CARRIER])
+                    break
+            if parent is not None:
+                break
+        self._append((1, source, list(keys), nbytes, parent, t0, t1, ok, type(ev).__name__))
+
+    # ---- the assembler's side --------------------------------------------------------------------
+
+    def drain(self, final: bool = False) -> list:
+        with self._lock:
+            log = self._log
+            pop = log.popleft
+            out = []
+            res = ds.resource()
+            for _ in range(len(log)):
+                item = pop()
+                try:
+                    span = self._execution(item, res) if item[0] == 0 else self._transfer(item, res)
+                except Exception as exc:
+                    _report.warn_once("dask-execute-span", f"a Dask execution span could not be built: {exc!r}")
+                    continue
+                if span is not None:
+                    out.append(span)
+            return out
+
+    def _execution(self, item, res):
+        _, key, ts, sc, parent, n0, start, stop, thread, err = item
+        prefix = ts.prefix
+        _record_duration(stop - start, prefix)
+        if sc is None:
+            return None  # not sampled
+        name = self._names.get(prefix)
+        if name is None:
+            name = self._names[prefix] = f"dask.execute {prefix}"
+        attrs = {
+            "dask.task.key": key if type(key) is str else str(key),
+            "dask.task.prefix": prefix,
+            "dask.worker.address": self.address,
+        }
+        if thread is not None:
+            attrs["thread.id"] = thread
+            attrs["thread.name"] = self._thread_name(thread)
+        extra = []
+        lo, hi = start, stop
+        startstops = ts.startstops
+        if len(startstops) > n0:
+            delay = self.worker.scheduler_delay if self.worker is not None else 0.0
+            for ss in startstops[n0:]:
+                action = ss.get("action")
+                if action == "compute":
+                    continue
+                s0, s1 = ss["start"], ss["stop"]
+                if action == "transfer":
+                    s0, s1 = s0 - delay, s1 - delay
+                lo, hi = min(lo, s0), max(hi, s1)
+                ev = {"dask.startstop.duration": float(s1 - s0)}
+                if ss.get("source"):
+                    ev["dask.transfer.source"] = str(ss["source"])
+                extra.append((str(action), int(s0 * 1e9), ev))
+        status = ds.UNSET
+        if err is not None:
+            text, tb = err
+            status = Status(StatusCode.ERROR, text)
+            ev = {"exception.message": text}
+            if tb:
+                ev["exception.stacktrace"] = tb
+            extra.append(("exception", int(stop * 1e9), ev))
+        return ds.FinishedSpan(name, sc, parent, res, attrs, SpanKind.CONSUMER, status,
+                               int(lo * 1e9), int(hi * 1e9), (), extra)
+
+    def _transfer(self, item, res):
+        _, source, keys, nbytes, parent, t0, t1, ok, outcome = item
+        if parent is not None and not parent.trace_flags.sampled:
+            return None
+        trace_id = parent.trace_id if parent is not None else ds.new_trace_id()
+        attrs = {
+            "dask.transfer.source": str(source),
+            "dask.transfer.bytes": int(nbytes),
+            "dask.task.key": str(keys[0]) if keys else "",
+            "dask.worker.address": self.address,
+        }
+        status = ds.UNSET if ok else Status(StatusCode.ERROR, outcome)
+        return ds.FinishedSpan("dask.transfer", ds.context(trace_id, ds.new_span_id()), parent, res, attrs,
+                               SpanKind.CLIENT, status, int(t0 * 1e9), int(t1 * 1e9))
+
+    def _thread_name(self, ident) -> str:
+        name = self._threads.get(ident)
+        if name is None:
+            t = threading._active.get(ident)  # noqa: SLF001 - the name of a live thread by ident
+            name = t.name if t is not None else str(ident)
+            if len(self._threads) > 1024:
+                self._threads.clear()
+            self._threads[ident] = name
+        return name
+
+
+def _record_duration(seconds: float, prefix: str) -> None:
+    h = _histogram[0] if _histogram else _make_histogram()
+    h.record(max(0.0, seconds), {"dask.task.prefix": prefix})
+
+
+def _make_histogram():
+    from opentelemetry import metrics
+
+    meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
+    _histogram.append(meter.create_histogram("dask.task.duration", unit="s",
+                                             description="task execution time on workers, by prefix"))
+    meter.create_observable_counter("dask.transfer.bytes", [_observe_transfer_bytes], unit="By",
+                                    description="bytes received from other workers")
+    return _histogram[0]
+
+
+def _observe_transfer_bytes(options):
+    from opentelemetry.metrics import Observation
+
+    return [Observation(_transferred[0])]
+
+
+# ---- wrappers (installed by DaskInstrumentor) ---------------------------------------------------
+
+async def execute(wrapped, instance, args, kwargs):
+    """Worker.execute: the task runs with its execute span as the current span."""
+    rec = instance.plugins.get(NAME)
+    token = None
+    if rec is not None:
+        try:
+            key = args[0] if args else kwargs["key"]
+            ts = instance.state.tasks[key]
+            sc, parent = rec.begin(ts)
+            if sc is not None:
+                token = _attach(set_span_in_context(NonRecordingSpan(sc), _Context()))
+            n0, t0 = len(ts.startstops), _time()
+        except Exception as exc:
+            _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
+            rec = None
+    try:
+        ev = await wrapped(*args, **kwargs)
+    finally:
+        if token is not None:
+            _detach(token)
+    if rec is not None:
+        try:
+            rec.executed(instance, key, ts, sc, parent, n0, t0, ev)
+        except Exception as exc:
+            _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
+    return ev
+
+
+async def gather_dep(wrapped, instance, args, kwargs):
+    """Worker.gather_dep: one dask.transfer span per fetch from another worker."""
+    rec = instance.plugins.get(NAME)
+    t0 = _time()
+    ev = await wrapped(*args, **kwargs)
+    if rec is not None:
+        try:
+            source = args[0] if args else kwargs["worker"]
+            keys = args[1] if len(args) > 1 else kwargs["to_gather"]
+            nbytes = args[2] if len(args) > 2 else kwargs.get("total_nbytes", 0)
+            rec.transferred(instance, source, keys, nbytes or 0, t0, _time(), ev)
+        except Exception as exc:
+            _report.warn_once("dask-transfer", f"a Dask transfer could not be recorded: {exc!r}")
+    return ev
+
+
+def startup_information(worker) -> str:
+    """Tells the scheduler this worker emits its own events (see dask_scheduler.relay_handlers)."""
+    from evlog import __version__
+
+    return __version__

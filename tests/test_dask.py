@@ -1,0 +1,501 @@
+"""Dask distributed under evlog: real clusters with worker processes, checked at the OTLP receiver
+and in a run folder.
+
+- A LocalCluster(processes=True) app runs once (module fixture ``local``) and exports over OTLP/gRPC
+  to a receiver; the tests below it each check one behaviour on what arrived.
+- A `dask scheduler` and two `dask worker` processes started through the dask CLI under
+  evlog-instrument write to one run folder, with an evlog client (whose worker is SIGKILLed under a
+  task) and a client without evlog (``cli`` fixture).
+- EVLOG_DASK_TRANSITIONS=false, failures inside evlog's hooks, and the fast OTLP encoding.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from receiver import CollectingReceiver
+
+DASK = os.path.join(os.path.dirname(sys.executable), "dask")
+
+LOCAL_APP = r'''
+import json, os
+import dask
+from distributed import Client, LocalCluster, get_worker, wait
+from opentelemetry import trace
+import evlog
+
+def inc(x):
+    with trace.get_tracer("app").start_as_current_span("user.inside"):
+        get_worker().log_event("app.topic", {"x": x})
+    return x + 1
+
+def add(*xs):
+    return sum(xs)
+
+def boom(x):
+    raise ValueError(f"boom {x}")
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        a, b = sorted(client.scheduler_info()["workers"])
+        with trace.get_tracer("app").start_as_current_span("app.root") as root:
+            with dask.annotate(workers=[a]):
+                xs = [dask.delayed(inc)(i, dask_key_name=f"inc-{i}") for i in (0, 1)]
+            with dask.annotate(workers=[b]):
+                xs += [dask.delayed(inc)(i, dask_key_name=f"inc-{i}") for i in (2, 3)]
+            total = dask.delayed(add)(*xs, dask_key_name="total")
+            result = total.compute()
+        failed = client.submit(boom, 1, key="boom-1")
+        wait(failed)
+        client.log_event("client.topic", {"hello": 1})
+        dask_story = [(t[1], t[2]) for t in cluster.scheduler.story("total") if t[0] == "total"]
+        from evlog.bootstrap import lifecycle
+        lifecycle.flush(10)  # one metric collection while the workers are still there
+        print(json.dumps({
+            "result": result,
+            "pid": os.getpid(),
+            "workers": [a, b],
+            "trace_id": format(root.get_span_context().trace_id, "032x"),
+            "root_span_id": format(root.get_span_context().span_id, "016x"),
+            "evlog_story": [[t.start, t.finish] for t in evlog.story("total")],
+            "dask_story": dask_story,
+            "client_events": [m for _, m in evlog.get_events("client.topic")],
+            "dask_events": len(client.get_events("app.topic")),
+            "failed": failed.status,
+        }))
+'''
+
+KEYS = ["inc-0", "inc-1", "inc-2", "inc-3", "total"]
+
+
+def _write(tmp, name, text):
+    path = os.path.join(str(tmp), name)
+    with open(path, "w") as fh:
+        fh.write(textwrap.dedent(text))
+    return path
+
+
+def _output(proc) -> dict:
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{out}\n{proc.stderr.decode(errors='replace')[-3000:]}"
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def _named(spans, name, key=None):
+    return [s for s in spans if s["name"] == name and (key is None or s["attributes"].get("dask.task.key") == key)]
+
+
+def _story(span):
+    return [(e["attributes"]["dask.transition.start"], e["attributes"]["dask.transition.finish"])
+            for e in sorted(span["events"], key=lambda e: e["time"]) if e["name"] == "transition"]
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """The LocalCluster app run once under evlog-instrument, exporting to a receiver over gRPC."""
+    tmp = tmp_path_factory.mktemp("dask-local")
+    receiver = CollectingReceiver().start()
+    try:
+        env = evlog_env({**receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
+        out = _output(run_instrumented([PYTHON, _write(tmp, "app.py", LOCAL_APP)], env=env, timeout=240))
+
+        def arrived():
+            spans = receiver.spans()
+            names = {s["name"] for s in spans}
+            metrics = {m["name"] for m in receiver.metrics()}
+            return (len([s for s in spans if s["name"].startswith("dask.execute")]) >= 6
+                    and {"dask.task total", "dask.task boom", "dask.transfer"} <= names
+                    and {"dask.scheduler.transitions", "dask.task.duration", "dask.transfer.bytes"} <= metrics)
+
+        receiver.wait_for(arrived, timeout=60)
+        yield {"out": out, "spans": receiver.spans(), "logs": receiver.logs(), "metrics": receiver.metrics()}
+    finally:
+        receiver.stop()
+
+
+def test_graph_keys_each_get_one_execute_span_in_the_client_trace_from_worker_processes(local):
+    out, spans = local["out"], local["spans"]
+    assert out["result"] == sum(i + 1 for i in range(4))
+    [compute] = [s for s in spans if s["name"] == "dask.compute" and s["attributes"].get("dask.client.method") == "get"]
+    assert compute["kind"] == "PRODUCER"
+    assert compute["trace_id"] == out["trace_id"] and compute["parent_span_id"] == out["root_span_id"]
+    for key in KEYS:
+        [ex] = [s for s in spans if s["name"].startswith("dask.execute ") and s["attributes"]["dask.task.key"] == key]
+        assert ex["kind"] == "CONSUMER"
+        assert ex["trace_id"] == out["trace_id"] and ex["parent_span_id"] == compute["span_id"]
+        assert ex["resource"]["dask.role"] == "worker"
+        assert ex["resource"]["process.pid"] != out["pid"]
+        assert ex["resource"]["dask.worker.address"] == ex["attributes"]["dask.worker.address"]
+        assert ex["name"] == f"dask.execute {ex['attributes']['dask.task.prefix']}"
+        assert ex["attributes"]["dask.task.prefix"] == ("total" if key == "total" else "inc")
+        assert ex["attributes"]["thread.name"] and ex["attributes"]["thread.id"]
+    workers = {s["resource"]["dask.worker.address"] for s in spans if s["name"].startswith("dask.execute ")}
+    assert workers == set(out["workers"])
+
+
+def test_scheduler_task_span_tells_the_story_with_dask_attributes(local):
+    out, spans = local["out"], local["spans"]
+    [task] = _named(spans, "dask.task total", "total")
+    assert task["trace_id"] == out["trace_id"]
+    assert task["resource"]["dask.role"] == "scheduler" and task["resource"]["process.pid"] == out["pid"]
+    story = _story(task)
+    assert story[0] == ("released", "waiting")
+    assert story.index(("waiting", "processing")) < story.index(("processing", "memory"))
+    assert [list(t) for t in story] == out["evlog_story"] == [list(t) for t in out["dask_story"]]
+    for e in task["events"]:
+        assert e["attributes"]["dask.stimulus_id"]
+    assert [e["attributes"].get("dask.worker.address") for e in task["events"]
+            if e["attributes"]["dask.transition.finish"] == "processing"] == [task["attributes"]["dask.worker.address"]]
+    attrs = task["attributes"]
+    assert attrs["dask.task.prefix"] == "total" and attrs["dask.task.group"] == "total"
+    assert attrs["dask.task.state"] == "memory" and attrs["dask.task.nbytes"] > 0
+    assert sorted(attrs["dask.task.dependencies"]) == ["inc-0", "inc-1", "inc-2", "inc-3"]
+    assert attrs["dask.worker.address"] in out["workers"]
+    ends = {e["attributes"]["dask.transition.finish"]: e["time"] for e in task["events"]}
+    assert task["end"] == ends["memory"] and task["start"] == min(ends.values())
+
+
+def test_user_spans_inside_a_task_nest_under_its_execute_span(local):
+    spans = local["spans"]
+    executes = {s["span_id"]: s for s in spans if s["name"] == "dask.execute inc"}
+    inner = _named(spans, "user.inside")
+    assert len(inner) == 4
+    for s in inner:
+        parent = executes[s["parent_span_id"]]
+        assert s["trace_id"] == parent["trace_id"]
+        assert parent["start"] <= s["start"] <= s["end"] <= parent["end"]
+
+
+def test_failing_task_is_error_with_its_exception_on_scheduler_and_worker(local):
+    spans = local["spans"]
+    assert local["out"]["failed"] == "error"
+    [task] = _named(spans, "dask.task boom", "boom-1")
+    [ex] = _named(spans, "dask.execute boom", "boom-1")
+    for s in (task, ex):
+        assert s["status_code"] == "ERROR" and "boom 1" in s["status_message"]
+        [exc] = [e for e in s["events"] if e["name"] == "exception"]
+        assert "boom 1" in exc["attributes"]["exception.message"]
+    assert _story(task)[-1][1] in ("erred", "forgotten") and ("processing", "erred") in _story(task)
+    assert "ValueError" in [e for e in ex["events"] if e["name"] == "exception"][0]["attributes"]["exception.stacktrace"] \
+        or "boom" in ex["status_message"]
+
+
+def test_transfer_between_workers_is_a_span_with_source_and_bytes(local):
+    out, spans = local["out"], local["spans"]
+    transfers = _named(spans, "dask.transfer")
+    assert transfers
+    for t in transfers:
+        assert t["attributes"]["dask.transfer.source"] in out["workers"]
+        assert t["attributes"]["dask.transfer.source"] != t["resource"]["dask.worker.address"]
+        assert t["attributes"]["dask.transfer.bytes"] > 0
+        assert t["trace_id"] == out["trace_id"]
+
+
+def test_log_events_arrive_where_they_were_published(local):
+    out, logs = local["out"], local["logs"]
+    events = [r for r in logs if r["event_name"] == "dask.log_event"]
+    app = [r for r in events if r["attributes"]["dask.topic"] == "app.topic"]
+    assert sorted(r["body"]["x"] for r in app) == [0, 1, 2, 3]
+    inside = {s["span_id"]: s for s in local["spans"] if s["name"] == "user.inside"}
+    for r in app:  # emitted in the worker, inside the span that was current in the task
+        assert r["resource"]["dask.role"] == "worker" and r["span_id"] in inside
+        assert r["trace_id"] == out["trace_id"]
+    [client] = [r for r in events if r["attributes"]["dask.topic"] == "client.topic"]
+    assert client["body"] == {"hello": 1} and client["resource"]["process.pid"] == out["pid"]
+    actions = {(r["attributes"]["dask.topic"], r["body"].get("action")) for r in events if isinstance(r["body"], dict)}
+    assert ("all", "add-worker") in actions and ("all", "add-client") in actions
+    assert out["client_events"] == [{"hello": 1}] and out["dask_events"] == 4  # Dask's own ledger is unchanged
+
+
+def test_metrics_count_transitions_durations_tasks_workers_and_transfer_bytes(local):
+    metrics = local["metrics"]
+
+    def points(name):
+        return [m for m in metrics if m["name"] == name]
+
+    transitions = points("dask.scheduler.transitions")
+    pairs = {(p["attributes"]["dask.transition.start"], p["attributes"]["dask.transition.finish"]) for p in transitions}
+    assert ("processing", "memory") in pairs and ("processing", "erred") in pairs
+    assert max(p["value"] for p in transitions if p["attributes"]["dask.transition.finish"] == "memory") >= 5
+    durations = points("dask.task.duration")
+    assert {p["attributes"]["dask.task.prefix"] for p in durations} >= {"inc", "total", "boom"}
+    assert all(p["kind"] == "histogram" and p["unit"] == "s" for p in durations)
+    assert sum(p["count"] for p in durations if p["attributes"]["dask.task.prefix"] == "inc") >= 4
+    assert {p["attributes"]["dask.task.state"] for p in points("dask.scheduler.tasks")} >= {"memory"}
+    assert {p["attributes"]["dask.worker.status"] for p in points("dask.scheduler.workers")} >= {"running"}
+    assert max(p["value"] for p in points("dask.transfer.bytes")) > 0
+    assert all(p["unit"] == "By" for p in points("dask.transfer.bytes"))
+
+
+# ---- dask CLI cluster, run folder -----------------------------------------------------------------
+
+CLI_CLIENT = r'''
+import json, os, signal, sys, time
+import dask
+from distributed import Client
+from opentelemetry import trace
+
+def inc(x):
+    return x + 1
+
+def add(*xs):
+    return sum(xs)
+
+def slow(marker):
+    if not os.path.exists(marker):
+        with open(marker + ".tmp", "w") as fh:
+            fh.write(str(os.getpid()))
+        os.rename(marker + ".tmp", marker)
+        time.sleep(300)  # killed here
+    return 42
+
+if __name__ == "__main__":
+    sched_file, marker = sys.argv[1], sys.argv[2]
+    with Client(scheduler_file=sched_file, timeout=60) as client:
+        client.wait_for_workers(2, timeout=60)
+        xs = [dask.delayed(inc)(i, dask_key_name=f"cinc-{i}") for i in range(3)]
+        result = dask.delayed(add)(*xs, dask_key_name="csum").compute()
+        client.run(lambda: trace.get_tracer_provider().force_flush())  # what SIGKILL would lose is out
+        f = client.submit(slow, marker, key="slow-1")
+        deadline = time.monotonic() + 90
+        while not os.path.exists(marker):
+            assert time.monotonic() < deadline, "the slow task never started"
+            time.sleep(0.05)
+        with open(marker) as fh:
+            victim = int(fh.read())
+        os.kill(victim, signal.SIGKILL)
+        print(json.dumps({"result": result, "slow": f.result(timeout=120), "victim": victim, "pid": os.getpid()}))
+'''
+
+PLAIN_CLIENT = r'''
+import json, sys
+import dask
+from distributed import Client
+
+def inc(x):
+    return x + 1
+
+if __name__ == "__main__":
+    with Client(scheduler_file=sys.argv[1], timeout=60) as client:
+        xs = [dask.delayed(inc)(i, dask_key_name=f"pinc-{i}") for i in range(2)]
+        print(json.dumps({"result": dask.delayed(sum)(xs, dask_key_name="psum").compute()}))
+'''
+
+
+def _start(cmd, env, log):
+    return subprocess.Popen([PYTHON, "-m", "evlog.launcher"] + cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(procs, timeout=30):
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """`dask scheduler` + 2 `dask worker` (with nannies) under evlog-instrument, one run folder; an evlog
+    client that kills a worker under a task, then a client without evlog."""
+    tmp = tmp_path_factory.mktemp("dask-cli")
+    run_dir, sched_file = tmp / "run", str(tmp / "scheduler.json")
+    env = evlog_env({"EVLOG_RUN_DIR": str(run_dir), "EVLOG_SUMMARY": "false"})
+    log = open(tmp / "cluster.log", "wb")
+    common = ["--scheduler-file", sched_file, "--host", "127.0.0.1", "--dashboard-address", ":0"]
+    procs = [_start([DASK, "scheduler", "--port", "0"] + common, env, log)]
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sched_file):
+            assert procs[0].poll() is None and time.monotonic() < deadline, (tmp / "cluster.log").read_text()
+            time.sleep(0.1)
+        for name in ("w1", "w2"):
+            procs.append(_start([DASK, "worker", "--nthreads", "1", "--name", name] + common, env, log))
+        out = _output(run_instrumented([PYTHON, _write(tmp, "client.py", CLI_CLIENT), sched_file, str(tmp / "marker")],
+                                       env=env, timeout=240))
+        plain = subprocess.run([PYTHON, _write(tmp, "plain.py", PLAIN_CLIENT), sched_file], env=evlog_env(),
+                               capture_output=True, timeout=120)
+        out["plain"] = _output(plain)
+    finally:
+        _stop(procs[1:])  # workers first, then the scheduler
+        _stop(procs[:1])
+        log.close()
+    return {"out": out, **read_run_folder(str(run_dir)), "log": (tmp / "cluster.log").read_text(errors="replace")}
+
+
+def _by_role(rows, role):
+    return [r for r in rows if r["resource"].get("dask.role") == role]
+
+
+@pytest.mark.slow
+def test_cli_cluster_graph_runs_in_the_client_trace_across_processes(cli):
+    out, spans = cli["out"], cli["spans"]
+    assert out["result"] == 6
+    [compute] = [s for s in spans if s["name"] == "dask.compute" and s["resource"]["process.pid"] == out["pid"]
+                 and s["attributes"]["dask.client.method"] == "get"]
+    assert compute["resource"]["dask.role"] == "client"
+    executes = [s for s in spans if s["name"].startswith("dask.execute ")
+                and s["attributes"]["dask.task.key"] in ("cinc-0", "cinc-1", "cinc-2", "csum")]
+    assert sorted(s["attributes"]["dask.task.key"] for s in executes) == ["cinc-0", "cinc-1", "cinc-2", "csum"]
+    tasks = [s for s in spans if s["name"].startswith("dask.task ") and s["attributes"]["dask.task.key"].startswith("c")]
+    assert len(tasks) == 4
+    for s in executes + tasks:
+        assert s["trace_id"] == compute["trace_id"] and s["parent_span_id"] == compute["span_id"]
+    assert {s["resource"]["dask.role"] for s in executes} == {"worker"}
+    assert {s["resource"]["dask.worker.name"] for s in _by_role(spans, "worker")} <= {"w1", "w2"}
+    assert {s["resource"]["dask.role"] for s in tasks} == {"scheduler"}
+    pids = {s["resource"]["process.pid"] for s in executes} | {s["resource"]["process.pid"] for s in tasks}
+    assert out["pid"] not in pids and len(pids) >= 2
+    roles = {r["resource"].get("dask.role") for r in cli["spans"] + cli["metrics"] + cli["logs"]}
+    assert {"client", "scheduler", "worker", "nanny"} <= roles
+
+
+@pytest.mark.slow
+def test_worker_killed_with_sigkill_mid_task_leaves_the_story_of_rescheduling(cli):
+    out, spans = cli["out"], cli["spans"]
+    assert out["slow"] == 42
+    lives = sorted(_named(cli["spans"], "dask.task slow", "slow-1"), key=lambda s: s["start"])
+    story = [t for s in lives for t in _story(s)]
+    assert story[:2] == [("released", "waiting"), ("waiting", "processing")]
+    assert story.count(("waiting", "processing")) == 2 and story[-1][1] in ("memory", "forgotten")
+    assert story.index(("processing", "released")) < story.index(("processing", "memory"))
+    # the transition away from the dead worker names it, and the span says it was lost under the task
+    events = [e for s in lives for e in s["events"] if e["name"] == "transition"]
+    [left] = [e for e in events if e["attributes"]["dask.transition.start"] == "processing"
+              and e["attributes"]["dask.transition.finish"] == "released"]
+    dead = left["attributes"]["dask.worker.address"]
+    assert dead in lives[0]["attributes"]["dask.task.workers_lost"]
+    assert lives[0]["attributes"]["dask.task.suspicious"] == 1
+    [removed] = [r for r in cli["logs"] if r["event_name"] == "dask.log_event" and r["attributes"]["dask.topic"] == "all"
+                 and isinstance(r["body"], dict) and r["body"].get("action") == "remove-worker"
+                 and r["body"].get("worker") == dead]
+    assert "slow-1" in removed["body"]["processing-tasks"]
+    assert left["attributes"]["dask.stimulus_id"] == removed["body"]["stimulus_id"]
+
+
+@pytest.mark.slow
+def test_graph_from_a_client_without_evlog_still_groups_under_one_span(cli):
+    spans = cli["spans"]
+    assert cli["out"]["plain"]["result"] == 3
+    keys = ("pinc-0", "pinc-1", "psum")
+    tasks = [s for s in spans if s["name"].startswith("dask.task ") and s["attributes"]["dask.task.key"] in keys]
+    executes = [s for s in spans if s["name"].startswith("dask.execute ") and s["attributes"]["dask.task.key"] in keys]
+    assert len(tasks) == 3 and len(executes) == 3
+    [group] = [s for s in spans if s["name"] == "dask.compute" and s["span_id"] == tasks[0]["parent_span_id"]]
+    assert group["kind"] == "PRODUCER" and group["resource"]["dask.role"] == "scheduler"
+    assert group["attributes"]["dask.task.count"] == 3 and group["attributes"]["dask.client.id"].startswith("Client-")
+    for s in tasks + executes:
+        assert s["trace_id"] == group["trace_id"] and s["parent_span_id"] == group["span_id"]
+
+
+# ---- settings and failures ------------------------------------------------------------------------
+
+SMALL_APP = r'''
+import json
+from distributed import Client, LocalCluster
+
+def inc(x):
+    return x + 1
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        print(json.dumps({"result": sum(client.gather(client.map(inc, range(20))))}))
+'''
+
+
+def test_transition_events_can_be_switched_off_and_everything_else_stays(tmp_path, otlp_receiver):
+    env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_DASK_TRANSITIONS": "false", "EVLOG_SUMMARY": "false"})
+    assert _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", SMALL_APP)], env=env, timeout=120))["result"] == 210
+    otlp_receiver.wait_for(lambda: len(_named(otlp_receiver.spans(), "dask.task inc")) >= 20
+                           and len(_named(otlp_receiver.spans(), "dask.execute inc")) >= 20, timeout=60)
+    tasks = _named(otlp_receiver.spans(), "dask.task inc")
+    assert all(s["events"] == [] and s["attributes"]["dask.task.state"] == "memory" for s in tasks)
+    assert all(s["end"] > s["start"] for s in tasks)
+    otlp_receiver.wait_for(lambda: any(m["name"] == "dask.scheduler.transitions" for m in otlp_receiver.metrics()))
+
+
+BREAK_HOOKS = r'''
+import wrapt
+
+def _break(module):
+    from evlog.instrumentation import dask_scheduler, dask_worker
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    dask_scheduler.SchedulerRecorder._span = fail
+    dask_worker.WorkerRecorder.begin = fail
+
+wrapt.register_post_import_hook(_break, "evlog.instrumentation.dask")
+'''
+
+
+def test_an_error_inside_evlogs_hooks_is_reported_once_and_the_cluster_carries_on(tmp_path, otlp_receiver):
+    site = tmp_path / "site"
+    site.mkdir()
+    _write(site, "sitecustomize.py", BREAK_HOOKS)  # chained after evlog's own sitecustomize
+    env = evlog_env({**otlp_receiver.env("grpc"), "PYTHONPATH": str(site), "EVLOG_SUMMARY": "false"})
+    proc = run_instrumented([PYTHON, _write(tmp_path, "app.py", SMALL_APP)], env=env, timeout=120)
+    assert _output(proc)["result"] == 210
+    err = proc.stderr.decode(errors="replace")
+    assert err.count("evlog: a Dask task span could not be built: RuntimeError('injected')") == 1, err
+    assert err.count("evlog: a Dask task runs without its span: RuntimeError('injected')") == 1, err
+    assert "Traceback" not in err
+    # the rest still works: client spans and events arrive
+    otlp_receiver.wait_for(lambda: _named(otlp_receiver.spans(), "dask.compute")
+                           and any(r["event_name"] == "dask.log_event" for r in otlp_receiver.logs()))
+
+
+# ---- the fast OTLP path ---------------------------------------------------------------------------
+
+def test_fast_span_encoding_matches_the_standard_otlp_encoder():
+    from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    from evlog.events import Transition
+    from evlog.instrumentation import dask_spans as ds
+
+    res = Resource.create({"service.name": "t", "dask.role": "scheduler"})
+    parent = ds.parse_traceparent("00-0123456789abcdef0123456789abcdef-0123456789abcdef-01")
+    spans = []
+    for i in range(40):
+        trans = [Transition(f"k-{i}", "released", "waiting", "update-graph-1.5", None, 1.7e9 + i),
+                 Transition(f"k-{i}", "waiting", "processing", f"task-finished-{i}", "tcp://127.0.0.1:1", 1.7e9 + i + .1),
+                 Transition(f"k-{i}", "processing", "erred" if i % 3 == 0 else "memory", "s é", "tcp://127.0.0.1:1", 1.7e9 + i + .2)]
+        attrs = {"dask.task.key": f"k-{i}", "dask.task.prefix": "k", "dask.task.nbytes": 2 ** 40, "dask.task.dependencies": ["a", "b"],
+                 "x.neg": -3, "x.float": 0.5, "x.bool": True, "thread.id": 2 ** 63 - 1}
+        extra = ((("exception", int(1.7e18) + i, {"exception.message": "ValueError: bad ✓"}),) if i % 3 == 0 else ())
+        status = Status(StatusCode.ERROR, "ValueError: bad") if i % 3 == 0 else ds.UNSET
+        spans.append(ds.FinishedSpan(f"dask.task k{i % 2}", ds.context(ds.new_trace_id(), ds.new_span_id()),
+                                     parent if i % 2 else None, res, attrs, list(SpanKind)[i % 5], status,
+                                     int(1.7e18) + i, int(1.7e18) + i + 10, trans, extra))
+    fast = ds.encode_resource_spans(spans)
+    standard = trace_encoder._encode_resource_spans(spans)  # reads .events: the lazily built SDK events
+
+    def canonical(resource_spans):
+        out = []
+        for rs in resource_spans:
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    events = sorted((e.SerializeToString() for e in s.events))
+                    del s.events[:]
+                    out.append((rs.resource.SerializeToString(), ss.scope.SerializeToString(), s.SerializeToString(), events))
+        return out
+
+    assert canonical(fast) == canonical(standard)
