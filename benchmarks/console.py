@@ -1,0 +1,107 @@
+"""Console capture throughput: a program printing 200,000 lines as fast as it can, plain against
+under evlog-instrument in capture mode enabled, alternately in one run.
+
+The program times its own print loop (including the final flush) and writes the figure to a file,
+so the ratio is the program's printing throughput, not start-up. Its output goes to /dev/null in
+both variants. The instrumented run must prove it was instrumented: its run folder is read back and
+the console records counted; lines the relay could not keep up with are dropped and counted, and
+the DROPPED notices say how many, so exported + dropped must account for every line.
+
+    python benchmarks/console.py [--quick] [--pairs N] [--lines N]
+
+Prints `name: ratio R (plain X, evlog Y, lines/s)` per figure (medians), and the accounting.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PROGRAM = r"""
+import sys, time
+n = int(sys.argv[2])
+write = sys.stdout.write
+t = time.perf_counter()
+for i in range(n):
+    print(i, "the quick brown fox jumps over the lazy dog", i * 7)
+sys.stdout.flush()
+elapsed = time.perf_counter() - t
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(elapsed))
+"""
+
+
+def run(instrumented: bool, lines: int, workdir: str, tag: str, unbuffered: bool) -> tuple[float, str | None]:
+    result = os.path.join(workdir, f"result-{tag}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "EVLOG_"))}
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    argv = [sys.executable, "-c", PROGRAM, result, str(lines)]
+    run_dir = None
+    if instrumented:
+        run_dir = os.path.join(workdir, f"run-{tag}")
+        env.update(EVLOG_CAPTURE="enabled", EVLOG_RUN_DIR=run_dir, EVLOG_SUMMARY="false")
+        argv = [sys.executable, "-m", "evlog.launcher"] + argv
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=True)
+    with open(result) as fh:
+        return float(fh.read()), run_dir
+
+
+def count(run_dir: str) -> tuple[int, int]:
+    """(console text records, lines the DROPPED notices account for) in a run folder."""
+    records = dropped = 0
+    for path in glob.glob(os.path.join(run_dir, "logs*.jsonl")):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                for rl in json.loads(line).get("resourceLogs", []):
+                    for sl in rl.get("scopeLogs", []):
+                        for rec in sl.get("logRecords", []):
+                            attrs = {a["key"]: a["value"] for a in rec.get("attributes", [])}
+                            if "evlog.console.dropped" in attrs:
+                                dropped += int(attrs["evlog.console.dropped"].get("intValue", 0))
+                            elif "evlog.stream" in attrs and not rec.get("eventName"):
+                                records += 1
+    return records, dropped
+
+
+def figure(name: str, pairs: int, lines: int, workdir: str, unbuffered: bool) -> None:
+    plain, evlog, accounted = [], [], []
+    for i in range(pairs):
+        seconds, _ = run(False, lines, workdir, f"{name}-plain-{i}", unbuffered)
+        plain.append(lines / seconds)
+        seconds, run_dir = run(True, lines, workdir, f"{name}-evlog-{i}", unbuffered)
+        evlog.append(lines / seconds)
+        accounted.append(count(run_dir))
+    p, e = statistics.median(plain), statistics.median(evlog)
+    print(f"{name}: ratio {e / p:.2f} (plain {p:,.0f}, evlog {e:,.0f}, lines/s)")
+    for records, dropped in accounted:
+        if records == 0:
+            raise SystemExit(f"{name}: no console records arrived: the instrumented run was not instrumented")
+    exported = statistics.median(r for r, _ in accounted)
+    dropped = statistics.median(d for _, d in accounted)
+    print(f"{name}: exported {exported:,.0f} of {lines:,} lines as log records, {dropped:,.0f} dropped and "
+          f"counted (median of {pairs} runs; every run: {', '.join(f'{r}+{d}' for r, d in accounted)})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 pairs, buffered output only")
+    ap.add_argument("--pairs", type=int, default=None)
+    ap.add_argument("--lines", type=int, default=200_000)
+    args = ap.parse_args()
+    pairs = args.pairs or (3 if args.quick else 5)
+    with tempfile.TemporaryDirectory(prefix="evlog-bench-console-") as workdir:
+        figure("console.print_200k_lines", pairs, args.lines, workdir, unbuffered=False)
+        if not args.quick:
+            figure("console.print_200k_lines_unbuffered", pairs, args.lines, workdir, unbuffered=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""Console capture: the launched program's stdout and stderr, at the file-descriptor level.
+
+``install(settings)`` runs once, in the launched program's own process (evlog's bootstrap calls it;
+children inherit the captured descriptors and are not captured again). For each of descriptors 1
+and 2 it makes a pseudo-terminal if the original is a terminal (so ``isatty()`` stays true, and
+colours, progress bars and prompts behave as before), a pipe otherwise, puts it in place with
+``dup2`` and starts the relay (console_relay.py): a helper process that passes every byte on to the
+original descriptor unchanged, at once, and exports lines as OTel log records (names in
+docs/conventions.md, section Console). So print, C extensions, ``os.write(1, ...)`` and every child
+process that inherits the descriptors are seen, and the program never runs per-line work itself.
+
+Two things are written into the streams for the relay (and removed by it): a marker at each change
+of the main thread's innermost span, so lines carry the trace context that was current when they
+were written; and, at exit (a ``before_flush`` hook: normal exit and SIGTERM), an exit marker, after
+which the program waits (bounded) for the relay to export everything before it and report back.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import select
+import subprocess
+import sys
+import threading
+
+from evlog import _report, stats
+
+from . import console_relay as relay
+
+_capture = None  # the active _Capture of this process, or None
+_hooked_pid = -1  # the process whose exit hook, span processor and fork hook are registered
+_BOOT = ("import sys,json;c=json.loads(sys.argv[1]);sys.path[:]=c['path'];"
+         "from evlog.instrumentation.console_relay import main;main(c)")
+_PIPE_SIZE = 1 << 20
+
+
+def install(settings) -> bool:
+    """Capture stdout and stderr of this process from now on; False if it cannot (reported)."""
+    global _capture
+    if _capture is not None and _capture.pid == os.getpid():
+        return False
+    if getattr(settings, "capture", "metadata") == "off" or not hasattr(os, "openpty"):
+        return False
+    try:
+        cap = _Capture(settings)
+        if not cap.start():
+            return False
+    except Exception as exc:
+        _report.warn_once("console-install", f"console capture could not start; output is not captured: {exc!r}")
+        return False
+    _capture = cap
+    _hook()
+    return True
+
+
+def uninstall() -> None:
+    """Stop capturing: everything written so far is exported, the original descriptors are back."""
+    global _capture
+    cap, _capture = _capture, None
+    if cap is not None and cap.pid == os.getpid():
+        cap.stop()
+        threading.Thread(target=cap.reap, name="evlog-console-reap", daemon=True).start()
+
+
+def active() -> bool:
+    return _capture is not None and _capture.pid == os.getpid()
+
+
+class _Stream:
+    def __init__(self, fd: int, name: str):
+        self.fd = fd  # 1 or 2
+        self.name = name
+        self.orig = -1  # a copy of the original descriptor
+        self.read = -1  # read end (pipe) or master (pty): the relay's
+        self.write = -1  # write end or slave: becomes fd 1/2; this copy is for markers
+        self.pty = False
+
+
+class _Capture:
+    def __init__(self, settings):
+        self.settings = settings
+        self.pid = os.getpid()
+        self.main_ident = threading.main_thread().ident
+        self.token = secrets.token_hex(8)
+        self.prefix = relay.marker_prefix(self.token)
+        self.streams: list[_Stream] = []
+        self.active_spans: dict = {}  # span_id -> SpanContext, main thread, innermost last
+        self.proc = None
+        self.ack = -1
+        self.stopped = False
+        self._lock = threading.Lock()
+
+    def start(self) -> bool:
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            try:
+                os.fstat(fd)
+            except OSError:
+                continue  # closed: nothing to capture
+            self.streams.append(self._open(fd, name))
+        if not self.streams:
+            return False
+        ack_r, ack_w = (_high(x) for x in os.pipe())
+        try:
+            self.proc = self._spawn(ack_w)
+        except BaseException:
+            os.close(ack_r)
+            self._close_all()
+            raise
+        finally:
+            os.close(ack_w)
+        self.ack = ack_r
+        for s in self.streams:
+            os.close(s.read)
+            s.read = -1
+            os.dup2(s.write, s.fd)  # from here on the program writes to the relay
+        return True
+
+    def _open(self, fd: int, name: str) -> _Stream:
+        s = _Stream(fd, name)
+        s.orig = _high(os.dup(fd))
+        if os.isatty(fd):
+            s.pty = True
+            master, slave = (_high(x) for x in os.openpty())
+            s.read, s.write = master, slave
+            _copy_terminal(fd, slave)
+        else:
+            r, w = (_high(x) for x in os.pipe())
+            s.read, s.write = r, w
+            try:
+                import fcntl
+
+                fcntl.fcntl(w, 1031, _PIPE_SIZE)  # F_SETPIPE_SZ: room for bursts while the relay works
+            except (OSError, ImportError):
+                pass
+        return s
+
+    def _spawn(self, ack_w: int):
+        import evlog
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(evlog.__file__)))
+        cfg = {
+            "path": [root] + [p for p in sys.path if p != root],
+            "streams": [{"name": s.name, "fd": s.read, "out": s.fd, "pty": s.pty} for s in self.streams],
+            "ack_fd": ack_w,
+            "token": self.token,
+            "mode": self.settings.capture,
+            "redact": list(getattr(self.settings, "redact", ()) or ()),
+            "resource": _resource(),
+            "program_pid": self.pid,
+            "run_dir": getattr(self.settings, "run_dir", None),
+            "stats_file": os.environ.get("EVLOG_STATS_FILE"),
+            "exit_timeout": _exit_timeout(),
+        }
+        by_fd = {s.fd: s.orig for s in self.streams}
+        return subprocess.Popen(
+            [sys.executable or "python3", "-S", "-c", _BOOT, json.dumps(cfg)],
+            stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
+            pass_fds=[s.read for s in self.streams] + [ack_w], close_fds=True,
+        )
+
+    # while running ------------------------------------------------------------------------------
+
+    def mark(self, span_context) -> None:
+        """Tell the relay which span is current from this point of both streams on."""
+        if self.stopped:
+            return
+        _flush_python_streams()
+        if span_context is None:
+            m = relay.encode_marker(self.prefix, relay.KIND_NONE)
+        else:
+            m = relay.encode_marker(self.prefix, relay.KIND_CONTEXT, span_context.trace_id,
+                                    span_context.span_id, int(span_context.trace_flags))
+        for s in self.streams:
+            try:
+                os.write(s.write, m)
+            except OSError:
+                pass
+
+    # stopping -----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Exit marker, wait (bounded) until the relay has exported what came before, restore."""
+        with self._lock:
+            if self.stopped:
+                return
+            self.stopped = True
+        _flush_python_streams()
+        m = relay.encode_marker(self.prefix, relay.KIND_EXIT)
+        for s in self.streams:
+            try:
+                os.write(s.write, m)
+            except OSError:
+                pass
+        counters = _read_ack(self.ack, relay.SETUP_S + relay.BACKLOG_S + _exit_timeout())
+        if counters is None:
+            stats.incr("console.exit_timeouts")
+        else:
+            for k, v in counters.items():
+                if isinstance(v, int):
+                    stats.incr(k, v)
+        for s in self.streams:
+            try:
+                if _same_file(s.fd, s.write):  # the program may have redirected it itself
+                    os.dup2(s.orig, s.fd)
+            except OSError:
+                pass
+        self._close_all()
+
+    def _close_all(self) -> None:
+        for s in self.streams:
+            for attr in ("orig", "read", "write"):
+                fd = getattr(s, attr)
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                    setattr(s, attr, -1)
+        if self.ack >= 0:
+            try:
+                os.close(self.ack)
+            except OSError:
+                pass
+            self.ack = -1
+
+    def reap(self) -> None:
+        try:
+            self.proc.wait(30)
+        except Exception:
+            pass
+
+
+# -- hooks: exit, spans, fork -----------------------------------------------------------------------
+
+def _hook() -> None:
+    global _hooked_pid
+    if _hooked_pid == os.getpid():
+        return
+    _hooked_pid = os.getpid()
+    try:
+        from evlog.bootstrap import lifecycle
+
+        lifecycle.before_flush(_at_exit)
+    except Exception as exc:
+        _report.warn_once("console-exit-hook", f"console capture cannot hook exit; the last lines may be late: {exc!r}")
+    try:
+        from opentelemetry import trace
+
+        provider = trace.get_tracer_provider()
+        if hasattr(provider, "add_span_processor"):
+            provider.add_span_processor(_SpanMarks())
+    except Exception as exc:
+        _report.warn_once("console-spans", f"console lines will carry no trace context: {exc!r}")
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _at_exit() -> None:
+    cap = _capture
+    if cap is not None and cap.pid == os.getpid():
+        cap.stop()
+
+
+def _forget_in_child() -> None:
+    # A forked child writes into the same pipes (its output is captured) but is not the program:
+    # no markers, no exit handshake from it.
+    global _capture
+    _capture = None
+
+
+def _span_processor_base():
+    try:
+        from opentelemetry.sdk.trace import SpanProcessor
+
+        return SpanProcessor
+    except ImportError:  # pragma: no cover - the SDK is a dependency
+        return object
+
+
+class _SpanMarks(_span_processor_base()):
+    """Marks each change of the main thread's innermost span in the streams (cheap elsewhere)."""
+
+    def on_start(self, span, parent_context=None) -> None:
+        cap = _capture
+        if cap is None or threading.get_ident() != cap.main_ident or cap.pid != os.getpid():
+            return
+        try:
+            sc = span.get_span_context()
+            cap.active_spans[sc.span_id] = sc
+            cap.mark(sc)
+        except Exception as exc:
+            _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
+
+    def on_end(self, span) -> None:
+        cap = _capture
+        if cap is None or not cap.active_spans or cap.pid != os.getpid():
+            return
+        try:
+            if cap.active_spans.pop(span.get_span_context().span_id, None) is None:
+                return
+            cap.mark(next(reversed(cap.active_spans.values()), None))
+        except Exception as exc:
+            _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+# -- small helpers ----------------------------------------------------------------------------------
+
+def _high(fd: int) -> int:
+    """Keep our descriptors off 0-2 (one of them may be closed) and out of exec'd children."""
+    if fd > 2:
+        return fd
+    import fcntl
+
+    new = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return new
+
+
+def _copy_terminal(real: int, slave: int) -> None:
+    """The pty looks like the real terminal (modes, size), but passes bytes through untranslated."""
+    try:
+        import fcntl
+        import termios
+
+        attrs = termios.tcgetattr(real)
+        attrs[1] &= ~termios.OPOST  # the real terminal does the output processing, once
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, fcntl.ioctl(real, termios.TIOCGWINSZ, b"\0" * 8))
+    except Exception:
+        pass
+
+
+def _flush_python_streams() -> None:
+    for f in (sys.stdout, sys.stderr):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
+
+
+def _same_file(a: int, b: int) -> bool:
+    sa, sb = os.fstat(a), os.fstat(b)
+    return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
+
+
+def _read_ack(fd: int, timeout_s: float) -> dict | None:
+    if fd < 0:
+        return None
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None  # the relay is gone
+        data += chunk
+    try:
+        value = json.loads(data.split(b"\n", 1)[0])
+        return value if isinstance(value, dict) else None
+    except ValueError:
+        return None
+
+
+def _resource() -> dict:
+    """This process's resource attributes: the relay's telemetry speaks in the program's name."""
+    try:
+        from opentelemetry._logs import get_logger_provider
+
+        res = getattr(get_logger_provider(), "resource", None)
+        if res is not None:
+            return {k: v for k, v in res.attributes.items() if isinstance(v, (str, bool, int, float))}
+    except Exception:
+        pass
+    return {"process.pid": os.getpid()}
+
+
+def _exit_timeout() -> float:
+    try:
+        from evlog.bootstrap import lifecycle
+
+        return float(lifecycle.EXIT_TIMEOUT)
+    except Exception:
+        return 5.0

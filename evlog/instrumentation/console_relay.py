@@ -1,0 +1,567 @@
+"""The console relay: the helper process that passes the program's output through and exports it.
+
+console.install() points the program's stdout and stderr at pipes (or pseudo-terminals) and starts
+this relay (``python -S``, so no evlog set-up of its own) with their read ends. Its main thread
+only reads and passes every byte on, unchanged, to the original descriptors; a second thread feeds
+the bytes to the line parser and emits OTel records. Nothing per line runs in the program's own
+process, so the program does not share its GIL with console capture, and lines written just before
+os._exit or SIGKILL still arrive (the relay reads until end of file).
+
+Between the two threads is a bounded queue: when export falls behind, whole chunks are dropped and
+counted (``console.dropped``), never the program held. Telemetry carries the program's resource
+(its process.pid and service.instance.id), so the relay is invisible in the data.
+
+The program marks its span changes and its exit in the byte streams themselves (APC escape
+sequences carrying a per-run token, see ``encode_marker``), so each line gets the trace context
+that was current when it was written, and "everything up to my exit" is exact. The relay strips
+the markers before passing the bytes on.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+
+from evlog import _report, stats
+
+from . import console_parse as cp
+from .redact import Redactor
+
+READ_SIZE = 1 << 18
+MAX_PENDING_LINES = 20_000  # about a second of export work: more is dropped and counted
+MAX_PENDING_BYTES = 8 << 20
+BACKLOG_S = 1.5  # after the program's exit, at most this long to work through the backlog
+SETUP_S = 5.0  # allowance for the relay's one-time OTel set-up (imports), on a busy machine
+CPU_SHARE = 0.5  # while the program runs, the relay uses at most this much of one core
+PIECE = 1 << 14  # the processor works (and paces itself) in pieces of this many bytes
+IDLE_S = 1.0  # repeat notices are emitted after this long without output
+MAX_GAUGES = 100
+KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
+_PAYLOAD = 50
+_END = b"\x1b\\"
+
+
+# -- markers: the program -> relay protocol inside the byte streams --------------------------------
+
+def marker_prefix(token: str) -> bytes:
+    return b"\x1b_evlog:" + token.encode("ascii") + b":"
+
+
+def encode_marker(prefix: bytes, kind: bytes, trace_id: int = 0, span_id: int = 0, flags: int = 0) -> bytes:
+    """One marker: a fixed-length APC sequence (terminals ignore APC, and the relay removes it)."""
+    payload = f"{trace_id:032x}{span_id:016x}{flags:02x}" if kind == KIND_CONTEXT else "0" * _PAYLOAD
+    return prefix + kind + payload.encode("ascii") + _END
+
+
+class MarkerSplitter:
+    """Bytes in; data pieces (bytes) and markers ((kind, payload)) out, in order.
+
+    A marker is written in one write(), so a read can end inside one only if more is already
+    readable; a tail that could begin a marker is held back (``held``) until the caller has
+    checked that, then either completed by the next read or given back by ``release()``.
+    """
+
+    def __init__(self, prefix: bytes):
+        self.prefix = prefix
+        self.size = len(prefix) + 1 + _PAYLOAD + len(_END)
+        self.held = b""
+
+    def feed(self, data: bytes) -> list:
+        buf = self.held + data if self.held else data
+        self.held = b""
+        out: list = []
+        pos = 0
+        prefix, size = self.prefix, self.size
+        while True:
+            i = buf.find(prefix, pos)
+            if i < 0:
+                break
+            if i + size > len(buf):
+                if i > pos:
+                    out.append(buf[pos:i])
+                self.held = buf[i:]
+                return out
+            kind = buf[i + len(prefix): i + len(prefix) + 1]
+            if buf[i + size - len(_END): i + size] != _END or kind not in (KIND_CONTEXT, KIND_NONE, KIND_EXIT):
+                if i + 1 > pos:
+                    out.append(buf[pos:i + 1])
+                pos = i + 1
+                continue
+            if i > pos:
+                out.append(buf[pos:i])
+            out.append((kind, buf[i + len(prefix) + 1: i + size - len(_END)]))
+            pos = i + size
+        tail = len(buf) - pos
+        j = buf.rfind(b"\x1b", max(pos, len(buf) - len(prefix) + 1))
+        if j >= 0 and prefix.startswith(buf[j:]):
+            if j > pos:
+                out.append(buf[pos:j])
+            self.held = buf[j:]
+        elif tail:
+            out.append(buf[pos:] if pos else buf)
+        return out
+
+    def release(self) -> bytes:
+        held, self.held = self.held, b""
+        return held
+
+
+# -- the relay process ------------------------------------------------------------------------------
+
+class _Stream:
+    def __init__(self, spec: dict, prefix: bytes):
+        self.name = spec["name"]
+        self.fd = spec["fd"]  # read end of the pipe, or the pty master
+        self.out = spec["out"]  # where the program's bytes go on to (the original descriptor)
+        self.pty = spec.get("pty", False)
+        self.splitter = MarkerSplitter(prefix)
+        self.ctx = None  # OTel context of the program's current span, from the markers
+        self.open = True
+        self.exited = False  # the program's exit marker came through
+        self.dropped = 0  # newlines in the bytes dropped since the last "gap" item
+        self.gap = False  # bytes were dropped since then
+        self.gap_partial = False  # ... and the last of them ended inside a line
+
+
+class Relay:
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        prefix = marker_prefix(cfg["token"])
+        self.streams = [_Stream(s, prefix) for s in cfg["streams"]]
+        self.parser = cp.ConsoleParser(cfg.get("mode", "metadata"), Redactor(cfg.get("redact", ())))
+        self.queue: collections.deque = collections.deque()
+        self.cond = threading.Condition()
+        self.pending_lines = 0
+        self.pending_bytes = 0
+        self.deadline: float | None = None  # monotonic time after which the backlog is dropped
+        self.exit_queued = False
+        self.acked = False
+        self.ack_fd = cfg.get("ack_fd")
+        self.exit_timeout = float(cfg.get("exit_timeout", 5))
+        self.emitter = None  # built on the first record to export: a quiet program pays nothing
+        self._emitter_failed = False
+        self._contexts: dict = {}
+
+    # reader (main thread) --------------------------------------------------------------------
+
+    def run(self) -> None:
+        worker = threading.Thread(target=self._guarded_process, name="evlog-console", daemon=True)
+        worker.start()
+        by_fd = {s.fd: s for s in self.streams}
+        poller = select.poll()
+        for s in self.streams:
+            poller.register(s.fd, select.POLLIN)
+        while any(s.open for s in self.streams):
+            for fd, _ev in poller.poll():
+                s = by_fd[fd]
+                try:
+                    data = os.read(fd, READ_SIZE)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:  # EIO: the last writer of a pseudo-terminal is gone
+                    data = b""
+                if data:
+                    self._chunk(s, data)
+                if not data or not s.open:
+                    self._close(s, poller)
+        if self.deadline is None:
+            self.deadline = time.monotonic() + BACKLOG_S
+        self._queue_gaps()
+        self._put(("end",))
+        worker.join(BACKLOG_S + self.exit_timeout + 2)
+
+    def _chunk(self, s: _Stream, data: bytes) -> None:
+        items = s.splitter.feed(data)
+        if s.splitter.held and not select.select([s.fd], [], [], 0)[0]:
+            items.append(s.splitter.release())  # not a marker after all
+        if len(items) == 1 and type(items[0]) is bytes:  # the common case: no markers
+            self._write(s, items[0])
+            self._enqueue(s, items[0])
+            return
+        out = b"".join(x for x in items if type(x) is bytes)
+        if out:
+            self._write(s, out)
+        for x in items:
+            if type(x) is bytes:
+                if x:
+                    self._enqueue(s, x)
+            elif x[0] == KIND_EXIT:
+                s.exited = True
+                self._maybe_exit()
+            else:
+                s.ctx = x[1] if x[0] == KIND_CONTEXT else None
+
+    def _write(self, s: _Stream, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(s.out, view)
+            except BlockingIOError:
+                select.select([], [s.out], [], 1.0)
+                continue
+            except InterruptedError:
+                continue
+            except OSError:
+                # The reader of the original stream is gone (EPIPE) or the terminal hung up: the
+                # program must see that too, as it would have without evlog.
+                s.open = False
+                return
+            view = view[n:]
+
+    def _enqueue(self, s: _Stream, data: bytes) -> None:
+        n = data.count(b"\n")
+        with self.cond:
+            if self.pending_lines + n > MAX_PENDING_LINES or self.pending_bytes + len(data) > MAX_PENDING_BYTES:
+                s.dropped += n  # the parser counts the lines lost (see ConsoleParser.discard)
+                s.gap = True
+                s.gap_partial = not data.endswith(b"\n") if n else (s.gap_partial or bool(data))
+                return
+            if s.gap:
+                self.queue.append(("gap", s, s.dropped, s.gap_partial))
+                s.dropped, s.gap = 0, False
+            self.queue.append(("data", s, data, s.ctx, time.time_ns(), n))
+            self.pending_lines += n
+            self.pending_bytes += len(data)
+            self.cond.notify()
+
+    def _close(self, s: _Stream, poller) -> None:
+        s.open = False
+        try:
+            poller.unregister(s.fd)
+        except (KeyError, ValueError):
+            pass
+        held = s.splitter.release()
+        if held:
+            self._write(s, held)
+            self._enqueue(s, held)
+        try:
+            os.close(s.fd)  # a program still writing now gets EPIPE, as without evlog
+        except OSError:
+            pass
+        self._put(("eof", s))
+        self._maybe_exit()
+
+    def _queue_gaps(self) -> None:
+        with self.cond:
+            for s in self.streams:
+                if s.gap:
+                    self.queue.append(("gap", s, s.dropped, s.gap_partial))
+                    s.dropped, s.gap = 0, False
+
+    def _maybe_exit(self) -> None:
+        if not self.exit_queued and all(x.exited or not x.open for x in self.streams):
+            self._queue_gaps()
+            self.exit_queued = True
+            self.deadline = time.monotonic() + BACKLOG_S
+            self._put(("exit",))
+
+    def _put(self, item: tuple) -> None:
+        with self.cond:
+            self.queue.append(item)
+            self.cond.notify()
+
+    # processor (second thread) ---------------------------------------------------------------
+
+    def _guarded_process(self) -> None:
+        try:
+            self._process()
+        except BaseException as exc:  # keep passing output through whatever happens here
+            _report.warn_once("console-relay", f"console capture stopped exporting: {exc!r}")
+            with self.cond:
+                self.queue.clear()
+                self.pending_lines = self.pending_bytes = 0
+            self._ack()
+
+    def _process(self) -> None:
+        pace = _Pacer(CPU_SHARE)
+        while True:
+            with self.cond:
+                if not self.queue:
+                    self.cond.wait(IDLE_S)
+                if not self.queue:
+                    item = None
+                else:
+                    item = self.queue.popleft()
+                    if item[0] == "data":
+                        self.pending_lines -= item[5]
+                        self.pending_bytes -= len(item[2])
+            if item is None:
+                self._emit(self.parser.flush(), None, time.time_ns())
+                continue
+            kind = item[0]
+            if kind == "data":
+                _, s, data, ctx, t, n = item
+                for i in range(0, len(data), PIECE):
+                    piece = data[i:i + PIECE] if len(data) > PIECE else data
+                    if self.deadline is None:
+                        pace()  # the program is running: leave it the CPU it needs
+                    elif time.monotonic() > self.deadline:
+                        self.parser.discard(s.name, piece.count(b"\n"), not piece.endswith(b"\n"))
+                        continue
+                    self._emit(self.parser.feed(s.name, piece), ctx, t)
+            elif kind == "gap":
+                self.parser.discard(item[1].name, item[2], item[3])
+            elif kind == "eof":
+                self._emit(self.parser.close(item[1].name), item[1].ctx, time.time_ns())
+            elif kind in ("exit", "end"):
+                self._emit(self.parser.flush(partial=True), None, time.time_ns())
+                if kind == "exit":
+                    if self.emitter:
+                        self.emitter.flush(self.exit_timeout)
+                    self._ack()
+                    self.deadline = None
+                else:
+                    if self.emitter:
+                        self.emitter.shutdown(self.exit_timeout)
+                    self._ack()  # or, if the program already had it, a stats line for the rest
+                    return
+
+    def _emit(self, records: list, ctx_hex, t: int) -> None:
+        if not records:
+            return
+        for r in records:
+            if r.kind == cp.WARNING:
+                _report.warn_once("console-command:" + r.body[:200], r.body)
+            elif r.kind == cp.DROPPED:
+                stats.incr("console.dropped", r.count)
+        if self.parser.mode == "disabled":
+            records = [r for r in records if r.kind == cp.COMMAND]
+        if self.emitter is None and not self._emitter_failed:
+            if all(r.kind == cp.WARNING for r in records):
+                return
+            try:
+                self.emitter = Emitter(self.cfg)
+                if self.deadline is not None:  # the deadline bounds backlog work, not this set-up
+                    self.deadline = max(self.deadline, time.monotonic() + BACKLOG_S)
+            except Exception as exc:
+                self._emitter_failed = True
+                _report.warn_once("console-otel", f"console capture cannot export: {exc!r}")
+        if self.emitter is not None:
+            self.emitter.emit(records, self._context(ctx_hex), t)
+
+    def _context(self, ctx_hex):
+        if ctx_hex is None:
+            return None
+        ctx = self._contexts.get(ctx_hex)
+        if ctx is None:
+            from opentelemetry import trace
+
+            h = ctx_hex.decode("ascii")
+            sc = trace.SpanContext(int(h[:32], 16), int(h[32:48], 16), is_remote=False,
+                                   trace_flags=trace.TraceFlags(int(h[48:50], 16)))
+            ctx = trace.set_span_in_context(trace.NonRecordingSpan(sc))
+            if len(self._contexts) > 1000:
+                self._contexts.clear()
+            self._contexts[ctx_hex] = ctx
+        return ctx
+
+    def _ack(self) -> None:
+        """Tell the program its output is exported (with this relay's counters for its summary)."""
+        counters = dict(stats.counters)
+        stats.reset()
+        if self.ack_fd is None or self.acked:
+            if counters:
+                _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
+            return
+        self.acked = True
+        try:
+            os.write(self.ack_fd, (json.dumps(counters) + "\n").encode())
+            os.close(self.ack_fd)
+        except OSError:
+            _write_stats_line(self.cfg, counters)
+
+
+class _Pacer:
+    """Keeps this process's CPU time under ``share`` of one core, by sleeping between pieces.
+
+    A program printing as fast as it can would otherwise have the relay take a whole core from
+    it on a busy machine; what the relay cannot process in its share is dropped and counted.
+    Sleeping (not a lower priority) keeps the GIL free for the reader, which must never wait.
+    """
+
+    WINDOW = 0.05
+
+    def __init__(self, share: float):
+        self.share = share
+        self.t0 = time.monotonic()
+        self.c0 = time.process_time()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.t0 < self.WINDOW:
+            return
+        over = (time.process_time() - self.c0) - self.share * (now - self.t0)
+        if over > 0:
+            time.sleep(min(over / self.share, 0.5))
+        self.t0, self.c0 = time.monotonic(), time.process_time()
+
+
+def _write_stats_line(cfg: dict, counters: dict) -> None:
+    """The program died without waiting for us (os._exit, SIGKILL): its stats line, in its name."""
+    path = cfg.get("stats_file")
+    if not path:
+        return
+    line = json.dumps({"pid": cfg.get("program_pid"), "time": time.time(), **counters}) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+# -- OTel: records -> log records, metadata -> gauges ----------------------------------------------
+
+class Emitter:
+    """This relay's own LoggerProvider and MeterProvider, with the program's resource."""
+
+    def __init__(self, cfg: dict):
+        from opentelemetry import metrics
+        from opentelemetry._logs import get_logger, set_logger_provider
+        from opentelemetry.sdk._logs import LoggerProvider
+        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+
+        from evlog import config
+        from evlog.bootstrap import sdk
+        from evlog.exporters import select as exporters
+
+        settings = config.load()
+        if cfg.get("run_dir"):
+            settings = settings.with_overrides(run_dir=cfg["run_dir"])
+        route = getattr(sdk, "_route_sdk_logging", None)
+        if route:
+            route()  # SDK warnings -> one evlog line each, as in every other process
+
+        def default(var: str, value: int):
+            return None if os.environ.get(var) else value
+
+        resource = Resource(cfg.get("resource") or {})
+        lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        for kind in settings.exporters.logs:
+            make = exporters.factory("logs", kind, settings)
+            if make:
+                lp.add_log_record_processor(BatchLogRecordProcessor(
+                    exporters.managed_log_exporter(make),
+                    max_queue_size=default("OTEL_BLRP_MAX_QUEUE_SIZE", 32768),
+                    schedule_delay_millis=default("OTEL_BLRP_SCHEDULE_DELAY", 1000)))
+        readers = []
+        for kind in settings.exporters.metrics:
+            make = exporters.factory("metrics", kind, settings)
+            if make:
+                readers.append(PeriodicExportingMetricReader(
+                    exporters.managed_metric_exporter(make),
+                    export_interval_millis=default("OTEL_METRIC_EXPORT_INTERVAL", 5000)))
+        mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+        set_logger_provider(lp)
+        metrics.set_meter_provider(mp)
+        self.providers = (lp, mp)
+        self.logger = get_logger("evlog.console")
+        self.meter = metrics.get_meter("evlog.console")
+        self.values: dict[str, float] = {}
+        self._stdout = {"evlog.stream": "stdout"}
+        self._stderr = {"evlog.stream": "stderr"}
+
+    def emit(self, records: list, ctx, t: int) -> None:
+        emit = self.logger.emit
+        for r in records:
+            kind = r.kind
+            attrs = self._stdout if r.stream == "stdout" else self._stderr
+            if kind == cp.TEXT:
+                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs)
+            elif kind == cp.METADATA:
+                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.metadata")
+                self._gauges(r.body)
+            elif kind == cp.COMMAND:
+                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.console.command")
+            elif kind == cp.REPEATED:
+                emit(timestamp=t, context=ctx, body=r.body,
+                     attributes={"evlog.stream": r.stream, "evlog.console.repeated": r.count})
+            elif kind == cp.DROPPED:
+                emit(timestamp=t, context=ctx, body=r.body,
+                     attributes={"evlog.stream": r.stream, "evlog.console.dropped": r.count})
+
+    def _gauges(self, body: dict) -> None:
+        for key, value in cp.numeric_items(body):
+            name = metric_name(key)
+            if name not in self.values:
+                if len(self.values) >= MAX_GAUGES:
+                    stats.incr("console.gauges_dropped")
+                    _report.warn_once("console-gauges", f"console metadata has more than {MAX_GAUGES} numeric "
+                                      "keys; the others are kept in the evlog.metadata events only")
+                    continue
+                self.values[name] = float(value)
+                self.meter.create_observable_gauge(name, callbacks=[self._callback(name)],
+                                                   description="console metadata (evlog.metadata)")
+            self.values[name] = float(value)
+
+    def _callback(self, name: str):
+        from opentelemetry.metrics import Observation
+
+        def observe(_options):
+            return [Observation(self.values[name])]
+
+        return observe
+
+    def flush(self, timeout_s: float) -> None:
+        _bounded(lambda: [p.force_flush(int(timeout_s * 1000)) for p in self.providers], timeout_s)
+
+    def shutdown(self, timeout_s: float) -> None:
+        self.flush(timeout_s)
+        _bounded(lambda: [p.shutdown() for p in self.providers], 1.0)
+
+
+def metric_name(key: str) -> str:
+    """``evlog.metadata.{key}``, with characters OTel does not allow in names replaced by '_'."""
+    safe = "".join(c if (c.isascii() and (c.isalnum() or c in "._-/")) else "_" for c in key)
+    return ("evlog.metadata." + safe)[:255]
+
+
+def _bounded(fn, timeout_s: float) -> None:
+    t = threading.Thread(target=fn, name="evlog-console-flush", daemon=True)
+    t.start()
+    t.join(timeout_s)
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+def main(cfg: dict) -> None:
+    """Run the relay; never returns (the process ends by os._exit, after a bounded flush)."""
+    code = 0
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_IGN)  # the relay ends when the program's output does
+        _follow_window_size(cfg)
+        sys.setswitchinterval(0.001)  # the reader thread gets the GIL back quickly
+        Relay(cfg).run()
+    except BaseException as exc:
+        _report.warn_once("console-relay", f"console capture failed: {exc!r}")
+        code = 1
+    os._exit(code)
+
+
+def _follow_window_size(cfg: dict) -> None:
+    """Keep each pseudo-terminal's size equal to the real terminal's (SIGWINCH)."""
+    ptys = [(s["fd"], s["out"]) for s in cfg["streams"] if s.get("pty")]
+    if not ptys:
+        return
+    import fcntl
+    import termios
+
+    def copy(*_args):
+        for master, real in ptys:
+            try:
+                fcntl.ioctl(master, termios.TIOCSWINSZ, fcntl.ioctl(real, termios.TIOCGWINSZ, b"\0" * 8))
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGWINCH, copy)
