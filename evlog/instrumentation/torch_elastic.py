@@ -1,9 +1,10 @@
 """torch elastic (torchrun): the agent's run as spans, torch's events and metrics as OTel, ranks on workers.
 
 Telemetry (docs/conventions.md, section "torch elastic"):
-- agent spans: ``torchelastic.agent.run`` around ``SimpleElasticAgent.run``, with children
-  ``torchelastic.rendezvous`` (one per rendezvous round), ``torchelastic.workers.start`` (one per start
-  of the local worker group) and ``torchelastic.workers.restart`` (stop, rendezvous, start again);
+- agent spans: ``torchelastic.launch`` around torchrun's ``launch_agent``, then ``torchelastic.agent.run``
+  around ``SimpleElasticAgent.run``, with children ``torchelastic.rendezvous`` (one per rendezvous
+  round), ``torchelastic.workers.start`` (one per start of the local worker group) and
+  ``torchelastic.workers.restart`` (stop, rendezvous, start again);
 - ``torch.distributed.elastic.events.record(event, destination)``: an OTel event named as the Event,
   ``evlog.event_type`` = ``torchelastic``, body = its metadata (the bridge's path, evlog/bridge/otel.py);
 - rendezvous events (``construct_and_record_rdzv_event``, ``record_rdzv_event``): OTel events with
