@@ -75,7 +75,7 @@ def main() -> None:
     )
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     flag = " --quick" if args.quick else ""
-    sections = _existing_sections(args.output)  # sections of benchmarks not run now are kept as they were
+    sections = {}
     for name in names:
         print(f"== {name}", flush=True)
         lines, status = run(name, args.quick, args.timeout)
@@ -87,6 +87,9 @@ def main() -> None:
             f"## {name}\n\nGoal: {goal}.\nMeasured {now} by `python benchmarks/run_all.py{flag} {name}` "
             f"(took {status}) on {machine()}.\n\n```\n{body}\n```\n"
         )
+    # Re-read just before writing: sections of benchmarks not run now (or written meanwhile by another
+    # run_all) are kept as they are.
+    sections = {**_existing_sections(args.output), **sections}
     text = (
         "# Benchmarks\n\n"
         "Every figure below is printed by the benchmark named in its section, measuring the plain and the\n"

@@ -54,6 +54,11 @@ def _start(settings, capture) -> bool:
         return False
     lifecycle.install()
     _join_parent_trace()
+    if "TORCHELASTIC_RUN_ID" in os.environ and settings.instrumentation_enabled("torch_elastic"):
+        # a torchrun worker: its ranks as resource attributes, even if it never imports torch.distributed.elastic
+        from evlog.instrumentation import torch_elastic
+
+        torch_elastic.worker_start()
     _instrument(settings)
     _install_consumers(settings)
     if (owner if capture is None else capture) and settings.capture != "off":

@@ -8,6 +8,7 @@ folder does not need) and protobuf's JSON printer writes ids in base64, which OT
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ def any_value(v: Any) -> dict:
     if isinstance(v, int):
         return {"intValue": str(v)}
     if isinstance(v, float):
-        return {"doubleValue": v}
+        return {"doubleValue": _double(v)}
     if isinstance(v, str):
         return {"stringValue": v}
     if isinstance(v, (bytes, bytearray)):
@@ -32,6 +33,13 @@ def any_value(v: Any) -> dict:
     if v is None:
         return {}
     return {"stringValue": str(v)}
+
+
+def _double(v: float):
+    """Proto3 JSON spells the non-finite doubles as strings; a bare NaN is not JSON."""
+    if math.isfinite(v):
+        return v
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
 
 
 def attributes(attrs: Mapping[str, Any] | None) -> list:
@@ -167,7 +175,7 @@ def _number_point(p) -> dict:
     if isinstance(p.value, int) and not isinstance(p.value, bool):
         out["asInt"] = str(p.value)
     else:
-        out["asDouble"] = float(p.value)
+        out["asDouble"] = _double(float(p.value))
     return out
 
 
@@ -177,13 +185,13 @@ def _histogram_point(p) -> dict:
         "startTimeUnixNano": str(p.start_time_unix_nano or 0),
         "timeUnixNano": str(p.time_unix_nano),
         "count": str(p.count),
-        "sum": float(p.sum),
+        "sum": _double(float(p.sum)),
         "bucketCounts": [str(c) for c in p.bucket_counts],
         "explicitBounds": [float(b) for b in p.explicit_bounds],
     }
     if p.count:
-        out["min"] = float(p.min)
-        out["max"] = float(p.max)
+        out["min"] = _double(float(p.min))
+        out["max"] = _double(float(p.max))
     return out
 
 
