@@ -30,7 +30,10 @@ from . import console_relay as relay
 
 _capture = None  # the active _Capture of this process, or None
 _hooked_pid = -1  # the process whose exit hook, span processor and fork hook are registered
-_BOOT = ("import sys,json;c=json.loads(sys.argv[1]);sys.path[:]=c['path'];"
+# The relay's path: evlog, then its own standard library, then the program's other entries (no
+# current or script directory: a user's "select.py" must not shadow the standard library there).
+_BOOT = ("import sys,json;c=json.loads(sys.argv[1]);std=[p for p in sys.path if p];"
+         "sys.path[:]=c['path'][:1]+std+[p for p in c['path'][1:] if p not in std];"
          "from evlog.instrumentation.console_relay import main;main(c)")
 _PIPE_SIZE = 1 << 20
 
@@ -40,7 +43,7 @@ def install(settings) -> bool:
     global _capture
     if _capture is not None and _capture.pid == os.getpid():
         return False
-    if getattr(settings, "capture", "metadata") == "off" or not hasattr(os, "openpty"):
+    if getattr(settings, "capture", "metadata") == "off" or not hasattr(os, "openpty") or not sys.executable:
         return False
     try:
         cap = _Capture(settings)
@@ -139,8 +142,9 @@ class _Capture:
         import evlog
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(evlog.__file__)))
+        script = os.path.dirname(os.path.abspath(sys.argv[0])) if getattr(sys, "argv", None) and sys.argv[0] else None
         cfg = {
-            "path": [root] + [p for p in sys.path if p != root],
+            "path": [root] + [p for p in sys.path if p and p != root and os.path.abspath(p) != script],
             "streams": [{"name": s.name, "fd": s.read, "out": s.fd, "pty": s.pty} for s in self.streams],
             "ack_fd": ack_w,
             "token": self.token,

@@ -140,6 +140,7 @@ class Relay:
         self.pending_bytes = 0
         self.deadline: float | None = None  # monotonic time after which the backlog is dropped
         self.exit_queued = False
+        self.ended = False  # the reader saw the end of every stream
         self.acked = False
         self.ack_fd = cfg.get("ack_fd")
         self.exit_timeout = float(cfg.get("exit_timeout", 5))
@@ -169,8 +170,10 @@ class Relay:
                     self._chunk(s, data)
                 if not data or not s.open:
                     self._close(s, poller)
-        if self.deadline is None:
-            self.deadline = time.monotonic() + BACKLOG_S
+        with self.cond:
+            self.ended = True
+            if self.deadline is None:
+                self.deadline = time.monotonic() + BACKLOG_S
         self._queue_gaps()
         self._put(("end",))
         worker.join(BACKLOG_S + self.exit_timeout + 2)
@@ -314,7 +317,9 @@ class Relay:
                     if self.emitter:
                         self.emitter.flush(self.exit_timeout)
                     self._ack()
-                    self.deadline = None
+                    with self.cond:
+                        if not self.ended:  # output goes on (children): back to normal work
+                            self.deadline = None
                 else:
                     if self.emitter:
                         self.emitter.shutdown(self.exit_timeout)
@@ -329,8 +334,8 @@ class Relay:
                 _report.warn_once("console-command:" + r.body[:200], r.body)
             elif r.kind == cp.DROPPED:
                 stats.incr("console.dropped", r.count)
-        if self.parser.mode == "disabled":
-            records = [r for r in records if r.kind == cp.COMMAND]
+        if self.parser.mode == "disabled":  # counted, but nothing of the console is exported
+            records = [r for r in records if r.kind != cp.DROPPED]
         if self.emitter is None and not self._emitter_failed:
             if all(r.kind == cp.WARNING for r in records):
                 return
