@@ -253,6 +253,7 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
         assert "processing" in finishes and finishes[-1] in ("memory", "forgotten", "released"), rows
         # the DAG and the events by topic
         assert browser.js("document.querySelectorAll('#dag .node').length") >= 60
+        assert browser.js("document.querySelectorAll('#dag .edge').length") >= 40  # add(x_i, x_i+1), sum(ys)
         assert browser.wait_js("Array.from(document.querySelectorAll('#topics button')).some(b => "
                                "b.textContent.startsWith('runtimes'))", what="the runtimes topic")
         assert browser.wait_js("!document.getElementById('metadata-section').hidden && "
