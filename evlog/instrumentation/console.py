@@ -95,47 +95,53 @@ class _Capture:
         self._lock = threading.Lock()
 
     def start(self) -> bool:
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            try:
-                os.fstat(fd)
-            except OSError:
-                continue  # closed: nothing to capture
-            self.streams.append(self._open(fd, name))
-        if not self.streams:
-            return False
-        ack_r, ack_w = (_high(x) for x in os.pipe())
         try:
-            self.proc = self._spawn(ack_w)
+            for fd, name in ((1, "stdout"), (2, "stderr")):
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    continue  # closed: nothing to capture
+                s = self._open(fd, name)
+                if s is not None:
+                    self.streams.append(s)
+            if not self.streams:
+                return False
+            self.ack, ack_w = (_high(x) for x in os.pipe())
+            try:
+                self.proc = self._spawn(ack_w)
+            finally:
+                os.close(ack_w)
         except BaseException:
-            os.close(ack_r)
             self._close_all()
             raise
-        finally:
-            os.close(ack_w)
-        self.ack = ack_r
         for s in self.streams:
             os.close(s.read)
             s.read = -1
             os.dup2(s.write, s.fd)  # from here on the program writes to the relay
         return True
 
-    def _open(self, fd: int, name: str) -> _Stream:
+    def _open(self, fd: int, name: str) -> _Stream | None:
         s = _Stream(fd, name)
-        s.orig = _high(os.dup(fd))
         if os.isatty(fd):
+            try:
+                master, slave = (_high(x) for x in os.openpty())
+            except OSError as exc:  # a terminal must stay a terminal: rather not capture it
+                _report.warn_once(f"console-pty-{name}", f"{name} is a terminal but no pseudo-terminal "
+                                  f"could be opened ({exc.strerror}); {name} is not captured")
+                return None
             s.pty = True
-            master, slave = (_high(x) for x in os.openpty())
             s.read, s.write = master, slave
             _copy_terminal(fd, slave)
-        else:
-            r, w = (_high(x) for x in os.pipe())
-            s.read, s.write = r, w
-            try:
-                import fcntl
+            s.orig = _high(os.dup(fd))
+            return s
+        s.orig = _high(os.dup(fd))
+        s.read, s.write = (_high(x) for x in os.pipe())
+        try:
+            import fcntl
 
-                fcntl.fcntl(w, 1031, _PIPE_SIZE)  # F_SETPIPE_SZ: room for bursts while the relay works
-            except (OSError, ImportError):
-                pass
+            fcntl.fcntl(s.write, 1031, _PIPE_SIZE)  # F_SETPIPE_SZ: room for bursts while the relay works
+        except (OSError, ImportError):
+            pass
         return s
 
     def _spawn(self, ack_w: int):
