@@ -35,7 +35,7 @@ _hooked_pid = -1  # the process whose exit hook, span processor and fork hook ar
 _BOOT = ("import sys,json;c=json.loads(sys.argv[1]);std=[p for p in sys.path if p];"
          "sys.path[:]=c['path'][:1]+std+[p for p in c['path'][1:] if p not in std];"
          "from evlog.instrumentation.console_relay import main;main(c)")
-_PIPE_SIZE = 1 << 20
+_PIPE_SIZE = 1 << 18  # 4x the default; more would eat the per-user pipe-buffer budget (64 MiB soft)
 
 
 def install(settings) -> bool:
