@@ -70,7 +70,7 @@ def test_every_child_process_writes_to_the_shared_run_folder(tmp_path):
 def test_every_child_process_exports_over_otlp(tmp_path, otlp_receiver, protocol):
     script = _write(tmp_path, "family.py", FAMILY)
     run_instrumented([PYTHON, script], env=evlog_env(otlp_receiver.env(protocol)), check=True)
-    otlp_receiver.wait_for(lambda: EXPECTED <= {s["name"] for s in otlp_receiver.spans()}, timeout=30)
+    otlp_receiver.wait_for(lambda: EXPECTED <= {s["name"] for s in otlp_receiver.spans()}, timeout=60)
     _check_family(otlp_receiver.spans())
 
 
@@ -108,7 +108,7 @@ def test_sigterm_flushes_spans_and_passes_the_signal_through(tmp_path):
     try:
         assert proc.stdout.readline().strip() == b"ready"
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM
@@ -178,10 +178,10 @@ def test_bad_settings_get_one_clear_message_and_the_program_runs_on_defaults(tmp
 
 
 def test_usage_missing_command_and_exit_codes(tmp_path):
-    proc = subprocess.run([PYTHON, "-m", "evlog.launcher"], capture_output=True, timeout=30)
+    proc = subprocess.run([PYTHON, "-m", "evlog.launcher"], capture_output=True, timeout=60)
     assert proc.returncode == 2 and b"usage: evlog-instrument" in proc.stderr
     env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r")
-    proc = subprocess.run([PYTHON, "-m", "evlog.launcher", "no-such-command-xyz"], capture_output=True, env=env, timeout=30)
+    proc = subprocess.run([PYTHON, "-m", "evlog.launcher", "no-such-command-xyz"], capture_output=True, env=env, timeout=60)
     assert proc.returncode == 127 and b"no-such-command-xyz: command not found" in proc.stderr
     assert run_instrumented("import sys; sys.exit(3)", env=env).returncode == 3
     assert run_instrumented("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", env=env).returncode == 128 + 9

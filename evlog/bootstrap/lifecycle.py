@@ -88,6 +88,9 @@ def finish() -> None:
             stats.incr("dropped.at_exit", sdk.queued())
             if not select.any_failed():  # a failing exporter was reported already
                 _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
+        full = stats.counters.get("dropped.queue_full", 0)
+        if full and not select.any_failed():  # with a failing collector, its message already says why
+            _report.warn_once("queue-full", f"{full:,} items dropped because export was slower than the program (queue full)")
         _shutdown(max(0.2, timeout - (time.monotonic() - start)))
         stats.write_process_line()
     finally:

@@ -17,10 +17,13 @@ from evlog import _report, stats
 from evlog.exporters import select
 
 _providers: list = []  # (tracer, logger, meter) providers of this process, for flush and resource updates
-_DEFAULTS = {  # evlog's defaults where the user set nothing
-    "OTEL_BSP_MAX_QUEUE_SIZE": 32768,
+# evlog's defaults where the user set nothing. Queues: 4-8 times the SDK's 2,048, which overflows at
+# bursts of about 10,000 spans/s; a queued span or log record holds about 2 KB, so a dead collector
+# costs at most about 50 MB (measured: tests/test_faults.py, a million spans and events).
+_DEFAULTS = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": 16384,
     "OTEL_BSP_SCHEDULE_DELAY": 1000,
-    "OTEL_BLRP_MAX_QUEUE_SIZE": 32768,
+    "OTEL_BLRP_MAX_QUEUE_SIZE": 8192,
     "OTEL_BLRP_SCHEDULE_DELAY": 1000,
     "OTEL_METRIC_EXPORT_INTERVAL": 5000,
 }
@@ -73,6 +76,25 @@ def build_resource():
     return Resource(attrs).merge(user)
 
 
+def _counting(cls, hook: str):
+    """A batch processor that counts what its full queue drops (one length check per item)."""
+
+    class Counting(cls):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self._evlog_queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
+
+        def _hook(self, item, *rest):
+            q = self._evlog_queue
+            if q is not None and len(q) == q.maxlen:
+                stats.incr("dropped.queue_full")
+            return getattr(super(), hook)(item, *rest)
+
+    setattr(Counting, hook, Counting._hook)
+    Counting.__name__ = Counting.__qualname__ = f"Counting{cls.__name__}"
+    return Counting
+
+
 def setup(settings) -> bool:
     """Set the three providers up from ``settings``; returns False if the SDK is disabled."""
     if settings.sdk_disabled:
@@ -87,6 +109,8 @@ def setup(settings) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     _route_sdk_logging()
+    BatchSpanProcessor = _counting(BatchSpanProcessor, "on_end")  # noqa: N806
+    BatchLogRecordProcessor = _counting(BatchLogRecordProcessor, "on_emit")  # noqa: N806
     resource = build_resource()
     ex = settings.exporters
 
@@ -165,9 +189,7 @@ class _ToReport(logging.Handler):
             msg = record.getMessage()
         except Exception:
             msg = str(record.msg)
-        if "Queue full" in msg:
-            stats.incr("dropped.queue_full")
-            _report.warn_once("queue-full", "the export queue is full (export is slower than the program): telemetry is dropped and counted")
+        if "Queue full" in msg:  # counted by the processors themselves, reported once at exit
             return
         if record.levelno < logging.WARNING:
             return
