@@ -730,3 +730,33 @@ def test_decode_never_raises_anything_but_decode_error():
                 pass
 
     check()
+
+
+def test_a_sink_under_backpressure_makes_exporters_retry_not_drop():
+    """Backpressure from the sink is UNAVAILABLE / 503 (retryable), so the exporter sends again."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from evlog.viewer.receiver import Backpressure, OTLPReceiver
+
+    busy = {"left": 2}
+    got = []
+
+    def sink(signal, rows):
+        if busy["left"]:
+            busy["left"] -= 1
+            raise Backpressure("queue full")
+        got.extend(rows)
+
+    with OTLPReceiver(sink) as r:
+        for make in (lambda: GrpcExporter(endpoint=r.grpc_endpoint, insecure=True),
+                     lambda: HttpExporter(endpoint=f"{r.http_endpoint}/v1/traces")):
+            busy["left"], got[:] = 2, []
+            tp = TracerProvider()
+            tp.add_span_processor(SimpleSpanProcessor(make()))
+            tp.get_tracer("t").start_span("retried").end()
+            tp.shutdown()
+            assert [s["name"] for s in got] == ["retried"], r.stats()
+        assert r.stats()["rejected"] >= 4

@@ -76,6 +76,11 @@ _HTTP_TO_GRPC = {
 }
 
 
+class Backpressure(Exception):
+    """Raised by a sink that cannot take rows now: the exporter is told to retry later
+    (gRPC UNAVAILABLE / HTTP 503, both retryable by OTLP's rules), so nothing is dropped on the way."""
+
+
 class _Reject(Exception):
     """An HTTP request turned away: status, gRPC code name, message."""
 
@@ -300,6 +305,8 @@ class OTLPReceiver:
             return 0, ""
         try:
             self._sink(signal, rows)
+        except Backpressure as e:
+            raise _Reject(503, "UNAVAILABLE", f"busy, retry later: {e}") from None
         except Exception as e:
             msg = f"sink failed on {len(rows)} {signal} rows: {type(e).__name__}: {e}"
             with self._lock:
@@ -356,7 +363,11 @@ class OTLPReceiver:
             except DecodeError as e:
                 self._count_rejected(str(e))
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
-            rejected, message = self._deliver(signal, rows)
+            try:
+                rejected, message = self._deliver(signal, rows)
+            except _Reject as r:
+                self._count_rejected(r.message)
+                context.abort(getattr(grpc.StatusCode, r.code), r.message)
             return self._response(signal, rejected, message).SerializeToString()
 
         # no request_deserializer: the method gets the raw bytes and parses them itself

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from . import otlp_decode
+from .receiver import Backpressure
 
 FORMAT = "evlog-store"
 SCHEMA_VERSION = "3"
@@ -667,7 +668,7 @@ def _log_dict(r: tuple) -> dict:
     }
 
 
-class Overloaded(Exception):
+class Overloaded(Backpressure):
     """The ingestion queue is full: the receiver answers 503 / UNAVAILABLE and the exporter retries."""
 
 
