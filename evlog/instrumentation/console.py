@@ -30,11 +30,13 @@ from . import console_relay as relay
 
 _capture = None  # the active _Capture of this process, or None
 _hooked_pid = -1  # the process whose exit hook, span processor and fork hook are registered
-# The relay's path: evlog, then its own standard library, then the program's other entries (no
-# current or script directory: a user's "select.py" must not shadow the standard library there).
-_BOOT = ("import sys,json;c=json.loads(sys.argv[1]);std=[p for p in sys.path if p];"
+# The relay: its path is evlog, its own standard library, then the program's other entries (no
+# current or script directory: a user's "select.py" must not shadow the standard library there);
+# console_relay.py runs as a plain file, so reading starts before the evlog package is imported.
+_BOOT = ("import sys;c=eval(sys.argv[1],{'__builtins__':{}});std=[p for p in sys.path if p];"
          "sys.path[:]=c['path'][:1]+std+[p for p in c['path'][1:] if p not in std];"
-         "from evlog.instrumentation.console_relay import main;main(c)")
+         "g={'__name__':'evlog_console_relay'};exec(compile(open(c['relay']).read(),c['relay'],'exec'),g);"
+         "g['main'](c)")
 _PIPE_SIZE = 1 << 18  # 4x the default; more would eat the per-user pipe-buffer budget (64 MiB soft)
 
 
@@ -161,10 +163,11 @@ class _Capture:
             "run_dir": getattr(self.settings, "run_dir", None),
             "stats_file": os.environ.get("EVLOG_STATS_FILE"),
             "exit_timeout": _exit_timeout(),
+            "relay": relay.__file__,
         }
         by_fd = {s.fd: s.orig for s in self.streams}
         return subprocess.Popen(
-            [sys.executable or "python3", "-S", "-c", _BOOT, json.dumps(cfg)],
+            [sys.executable or "python3", "-S", "-c", _BOOT, repr(cfg)],
             stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
             pass_fds=[s.read for s in self.streams] + [ack_w], close_fds=True,
         )
@@ -395,7 +398,8 @@ def _resource() -> dict:
 
         res = getattr(get_logger_provider(), "resource", None)
         if res is not None:
-            return {k: v for k, v in res.attributes.items() if isinstance(v, (str, bool, int, float))}
+            return {k: v for k, v in res.attributes.items()
+                    if isinstance(v, (str, bool, int)) or (isinstance(v, float) and v == v and abs(v) != float("inf"))}
     except Exception:
         pass
     return {"process.pid": os.getpid()}

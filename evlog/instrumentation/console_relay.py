@@ -19,18 +19,15 @@ the markers before passing the bytes on.
 from __future__ import annotations
 
 import collections
-import json
 import os
 import select
-import signal
 import sys
 import threading
 import time
 
-from evlog import _report, stats
-
-from . import console_parse as cp
-from .redact import Redactor
+# The relay runs this file with ``python -S`` and starts reading at once; the parser, the
+# redactor and evlog's helpers are imported by the processing thread (``_load``), in parallel.
+cp = _report = stats = None
 
 READ_SIZE = 1 << 18
 MAX_PENDING_LINES = 20_000  # about a second of export work: more is dropped and counted
@@ -133,7 +130,7 @@ class Relay:
         self.cfg = cfg
         prefix = marker_prefix(cfg["token"])
         self.streams = [_Stream(s, prefix) for s in cfg["streams"]]
-        self.parser = cp.ConsoleParser(cfg.get("mode", "metadata"), Redactor(cfg.get("redact", ())))
+        self.parser = None  # made by the processing thread
         self.queue: collections.deque = collections.deque()
         self.cond = threading.Condition()
         self.pending_lines = 0
@@ -272,9 +269,11 @@ class Relay:
 
     def _guarded_process(self) -> None:
         try:
+            _load()
+            self.parser = cp.ConsoleParser(self.cfg.get("mode", "metadata"), _redactor(self.cfg.get("redact", ())))
             self._process()
         except BaseException as exc:  # keep passing output through whatever happens here
-            _report.warn_once("console-relay", f"console capture stopped exporting: {exc!r}")
+            _warn("console-relay", f"console capture stopped exporting: {exc!r}")
             with self.cond:
                 self.queue.clear()
                 self.pending_lines = self.pending_bytes = 0
@@ -367,8 +366,11 @@ class Relay:
 
     def _ack(self) -> None:
         """Tell the program its output is exported (with this relay's counters for its summary)."""
-        counters = dict(stats.counters)
-        stats.reset()
+        import json
+
+        counters = dict(stats.counters) if stats else {}
+        if stats:
+            stats.reset()
         if self.ack_fd is None or self.acked:
             if counters:
                 _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
@@ -406,8 +408,33 @@ class _Pacer:
         self.t0, self.c0 = time.monotonic(), time.process_time()
 
 
+def _load() -> None:
+    global cp, _report, stats
+    if cp is None:
+        from evlog import _report as report_module, stats as stats_module
+        from evlog.instrumentation import console_parse
+
+        _report, stats, cp = report_module, stats_module, console_parse
+
+
+def _redactor(patterns):
+    from evlog.instrumentation.redact import Redactor
+
+    return Redactor(patterns)
+
+
+def _warn(key: str, message: str) -> None:
+    try:
+        _load()
+        _report.warn_once(key, message)
+    except BaseException:
+        os.write(2, f"evlog: {message}\n".encode("utf-8", "replace"))
+
+
 def _write_stats_line(cfg: dict, counters: dict) -> None:
     """The program died without waiting for us (os._exit, SIGKILL): its stats line, in its name."""
+    import json
+
     path = cfg.get("stats_file")
     if not path:
         return
@@ -541,6 +568,8 @@ def _bounded(fn, timeout_s: float) -> None:
 
 def main(cfg: dict) -> None:
     """Run the relay; never returns (the process ends by os._exit, after a bounded flush)."""
+    import _signal as signal  # the C module: "signal" would import enum, slower to start
+
     code = 0
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
@@ -549,7 +578,7 @@ def main(cfg: dict) -> None:
         sys.setswitchinterval(0.001)  # the reader thread gets the GIL back quickly
         Relay(cfg).run()
     except BaseException as exc:
-        _report.warn_once("console-relay", f"console capture failed: {exc!r}")
+        _warn("console-relay", f"console capture failed: {exc!r}")
         code = 1
     os._exit(code)
 
@@ -559,6 +588,7 @@ def _follow_window_size(cfg: dict) -> None:
     ptys = [(s["fd"], s["out"]) for s in cfg["streams"] if s.get("pty")]
     if not ptys:
         return
+    import _signal as signal
     import fcntl
     import termios
 
