@@ -91,7 +91,7 @@ class _Capture:
         self.prefix = relay.marker_prefix(self.token)
         self.streams: list[_Stream] = []
         self.active_spans: dict = {}  # span_id -> SpanContext, main thread, innermost last
-        self.proc = None
+        self.procs: list = []  # the relay's processor and reader
         self.ack = -1
         self.stopped = False
         self._lock = threading.Lock()
@@ -110,7 +110,7 @@ class _Capture:
                 return False
             self.ack, ack_w = (_high(x) for x in os.pipe())
             try:
-                self.proc = self._spawn(ack_w)
+                self.procs = self._spawn(ack_w)
             finally:
                 os.close(ack_w)
         except BaseException:
@@ -146,15 +146,19 @@ class _Capture:
             pass
         return s
 
-    def _spawn(self, ack_w: int):
+    def _spawn(self, ack_w: int) -> list:
+        """Start the relay's processor, then its reader (see console_relay.py)."""
+        import _socket
+
         import evlog
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(evlog.__file__)))
         script = os.path.dirname(os.path.abspath(sys.argv[0])) if getattr(sys, "argv", None) and sys.argv[0] else None
+        to_reader, to_processor = (_high(x.detach()) for x in _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
         cfg = {
             "path": [root] + [p for p in sys.path if p and p != root and os.path.abspath(p) != script],
+            "relay": relay.__file__,
             "streams": [{"name": s.name, "fd": s.read, "out": s.fd, "pty": s.pty} for s in self.streams],
-            "ack_fd": ack_w,
             "token": self.token,
             "mode": self.settings.capture,
             "redact": list(getattr(self.settings, "redact", ()) or ()),
@@ -163,14 +167,27 @@ class _Capture:
             "run_dir": getattr(self.settings, "run_dir", None),
             "stats_file": os.environ.get("EVLOG_STATS_FILE"),
             "exit_timeout": _exit_timeout(),
-            "relay": relay.__file__,
         }
         by_fd = {s.fd: s.orig for s in self.streams}
-        return subprocess.Popen(
-            [sys.executable or "python3", "-S", "-c", _BOOT, repr(cfg)],
-            stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
-            pass_fds=[s.read for s in self.streams] + [ack_w], close_fds=True,
-        )
+        argv = [sys.executable or "python3", "-S", "-c", _BOOT]
+        procs = []
+        try:
+            procs.append(subprocess.Popen(
+                argv + [repr({**cfg, "role": "processor", "sock_fd": to_processor, "ack_fd": ack_w})],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=by_fd.get(2),
+                pass_fds=[to_processor, ack_w], close_fds=True))
+            procs.append(subprocess.Popen(
+                argv + [repr({**cfg, "role": "reader", "sock_fd": to_reader})],
+                stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
+                pass_fds=[s.read for s in self.streams] + [to_reader], close_fds=True))
+        except BaseException:
+            for p in procs:
+                p.kill()
+            raise
+        finally:
+            os.close(to_reader)
+            os.close(to_processor)
+        return procs
 
     # while running ------------------------------------------------------------------------------
 
@@ -238,10 +255,11 @@ class _Capture:
             self.ack = -1
 
     def reap(self) -> None:
-        try:
-            self.proc.wait(30)
-        except Exception:
-            pass
+        for p in self.procs:
+            try:
+                p.wait(30)
+            except Exception:
+                pass
 
 
 # -- hooks: exit, spans, fork -----------------------------------------------------------------------

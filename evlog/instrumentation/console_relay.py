@@ -1,15 +1,17 @@
-"""The console relay: the helper process that passes the program's output through and exports it.
+"""The console relay: two helper processes that pass the program's output through and export it.
 
 console.install() points the program's stdout and stderr at pipes (or pseudo-terminals) and starts
-this relay (``python -S``, so no evlog set-up of its own) with their read ends. Its main thread
-only reads and passes every byte on, unchanged, to the original descriptors; a second thread feeds
-the bytes to the line parser and emits OTel records. Nothing per line runs in the program's own
-process, so the program does not share its GIL with console capture, and lines written just before
-os._exit or SIGKILL still arrive (the relay reads until end of file).
-
-Between the two threads is a bounded queue: when export falls behind, whole chunks are dropped and
-counted (``console.dropped``), never the program held. Telemetry carries the program's resource
-(its process.pid and service.instance.id), so the relay is invisible in the data.
+this file twice with ``python -S`` (no evlog set-up of their own):
+- the reader holds the read ends. It does nothing but read, pass every byte on unchanged to the
+  original descriptors, and forward the bytes to the processor over a non-blocking SOCK_SEQPACKET
+  socket. It is single-threaded and light, so it is never waiting for a lock or a GIL while the
+  program's pipe fills: when the processor falls behind, the socket is full and the reader drops
+  the bytes and counts them (``console.dropped``), never holding the program.
+- the processor feeds the bytes to the line parser and emits OTel records, using at most half a
+  core while the program runs. Telemetry carries the program's resource (its process.pid and
+  service.instance.id), so the relay is invisible in the data.
+Nothing per line runs in the program's own process, and lines written just before os._exit or
+SIGKILL still arrive (the reader reads until end of file).
 
 The program marks its span changes and its exit in the byte streams themselves (APC escape
 sequences carrying a per-run token, see ``encode_marker``), so each line gets the trace context
@@ -18,11 +20,9 @@ the markers before passing the bytes on.
 """
 from __future__ import annotations
 
-import collections
 import os
 import select
 import sys
-import threading
 import time
 
 # The relay runs this file with ``python -S`` and starts reading at once; the parser, the
@@ -30,13 +30,16 @@ import time
 cp = _report = stats = None
 
 READ_SIZE = 1 << 18
-MAX_PENDING_LINES = 20_000  # about a second of export work: more is dropped and counted
-MAX_PENDING_BYTES = 8 << 20
+COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
+MESSAGE = 1 << 15  # bytes of output per message to the processor
+SOCKET_BUFFER = 1 << 19  # the queue between reader and processor (the kernel may allow less)
 BACKLOG_S = 1.5  # after the program's exit, at most this long to work through the backlog
 SETUP_S = 5.0  # allowance for the relay's one-time OTel set-up (imports), on a busy machine
-CPU_SHARE = 0.5  # while the program runs, the relay uses at most this much of one core
+CONTROL_S = 5.0  # how long the reader waits to hand over an end-of-stream or exit message
+CPU_SHARE = 0.5  # while the program runs, the processor uses at most this much of one core
 PIECE = 1 << 14  # the processor works (and paces itself) in pieces of this many bytes
 IDLE_S = 1.0  # repeat notices are emitted after this long without output
+_NO_CTX = b"-" * 50
 MAX_GAUGES = 100
 KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
 _PAYLOAD = 50
@@ -108,54 +111,52 @@ class MarkerSplitter:
         return held
 
 
-# -- the relay process ------------------------------------------------------------------------------
+# -- the reader process -------------------------------------------------------------------------
 
 class _Stream:
-    def __init__(self, spec: dict, prefix: bytes):
-        self.name = spec["name"]
+    def __init__(self, index: int, spec: dict, prefix: bytes):
+        self.index = b"%d" % index
         self.fd = spec["fd"]  # read end of the pipe, or the pty master
         self.out = spec["out"]  # where the program's bytes go on to (the original descriptor)
-        self.pty = spec.get("pty", False)
         self.splitter = MarkerSplitter(prefix)
-        self.ctx = None  # OTel context of the program's current span, from the markers
+        self.ctx = _NO_CTX  # the program's current span (marker payload), or none
         self.open = True
         self.exited = False  # the program's exit marker came through
-        self.dropped = 0  # newlines in the bytes dropped since the last "gap" item
-        self.gap = False  # bytes were dropped since then
-        self.gap_partial = False  # ... and the last of them ended inside a line
+        self.lost = 0  # newlines in bytes dropped and not yet reported to the processor
+        self.gap = False  # bytes were dropped since the last report
+        self.partial = False  # ... and the last of them ended inside a line
 
 
-class Relay:
+class Reader:
+    """Read, pass through, forward; drop (counted) what the processor has no room for."""
+
     def __init__(self, cfg: dict):
-        self.cfg = cfg
-        prefix = marker_prefix(cfg["token"])
-        self.streams = [_Stream(s, prefix) for s in cfg["streams"]]
-        self.parser = None  # made by the processing thread
-        self.queue: collections.deque = collections.deque()
-        self.cond = threading.Condition()
-        self.pending_lines = 0
-        self.pending_bytes = 0
-        self.deadline: float | None = None  # monotonic time after which the backlog is dropped
-        self.exit_queued = False
-        self.ended = False  # the reader saw the end of every stream
-        self.acked = False
-        self.ack_fd = cfg.get("ack_fd")
-        self.exit_timeout = float(cfg.get("exit_timeout", 5))
-        self.emitter = None  # built on the first record to export: a quiet program pays nothing
-        self._emitter_failed = False
-        self._contexts: dict = {}
+        import _socket
 
-    # reader (main thread) --------------------------------------------------------------------
+        prefix = marker_prefix(cfg["token"])
+        self.streams = [_Stream(i, spec, prefix) for i, spec in enumerate(cfg["streams"])]
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, cfg["sock_fd"])
+        self.sock.setblocking(False)
+        try:
+            self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, SOCKET_BUFFER)
+        except OSError:
+            pass
+        self.exit_sent = False
 
     def run(self) -> None:
-        worker = threading.Thread(target=self._guarded_process, name="evlog-console", daemon=True)
-        worker.start()
         by_fd = {s.fd: s for s in self.streams}
         poller = select.poll()
         for s in self.streams:
             poller.register(s.fd, select.POLLIN)
+        done = 0.0
         while any(s.open for s in self.streams):
-            for fd, _ev in poller.poll():
+            events = poller.poll()
+            # While output streams in, reading each write as it comes would cost the program a
+            # wake-up per write (Linux wakes a pipe's reader only when the pipe was empty): let a
+            # millisecond's worth gather instead. Output after a pause (a prompt) passes at once.
+            if time.monotonic() - done < COALESCE_S:
+                time.sleep(COALESCE_S)
+            for fd, _ev in events:
                 s = by_fd[fd]
                 try:
                     data = os.read(fd, READ_SIZE)
@@ -167,13 +168,8 @@ class Relay:
                     self._chunk(s, data)
                 if not data or not s.open:
                     self._close(s, poller)
-        with self.cond:
-            self.ended = True
-            if self.deadline is None:
-                self.deadline = time.monotonic() + BACKLOG_S
-        self._queue_gaps()
-        self._put(("end",))
-        worker.join(BACKLOG_S + self.exit_timeout + 2)
+            done = time.monotonic()
+        self._control(b"z")
 
     def _chunk(self, s: _Stream, data: bytes) -> None:
         items = s.splitter.feed(data)
@@ -181,7 +177,7 @@ class Relay:
             items.append(s.splitter.release())  # not a marker after all
         if len(items) == 1 and type(items[0]) is bytes:  # the common case: no markers
             self._write(s, items[0])
-            self._enqueue(s, items[0])
+            self._forward(s, items[0])
             return
         out = b"".join(x for x in items if type(x) is bytes)
         if out:
@@ -189,12 +185,12 @@ class Relay:
         for x in items:
             if type(x) is bytes:
                 if x:
-                    self._enqueue(s, x)
+                    self._forward(s, x)
             elif x[0] == KIND_EXIT:
                 s.exited = True
                 self._maybe_exit()
             else:
-                s.ctx = x[1] if x[0] == KIND_CONTEXT else None
+                s.ctx = x[1] if x[0] == KIND_CONTEXT else _NO_CTX
 
     def _write(self, s: _Stream, data: bytes) -> None:
         view = memoryview(data)
@@ -211,23 +207,51 @@ class Relay:
                 # program must see that too, as it would have without evlog.
                 s.open = False
                 return
+            if n == len(view):
+                return
             view = view[n:]
 
-    def _enqueue(self, s: _Stream, data: bytes) -> None:
-        n = data.count(b"\n")
-        with self.cond:
-            if self.pending_lines + n > MAX_PENDING_LINES or self.pending_bytes + len(data) > MAX_PENDING_BYTES:
-                s.dropped += n  # the parser counts the lines lost (see ConsoleParser.discard)
+    def _forward(self, s: _Stream, data: bytes) -> None:
+        head = b"d" + s.index + s.ctx + b"%020d" % time.time_ns()
+        for i in range(0, len(data), MESSAGE):
+            part = data[i:i + MESSAGE] if len(data) > MESSAGE else data
+            try:
+                if s.gap:
+                    self.sock.send(self._gap_message(s))
+                    s.lost, s.gap = 0, False
+                self.sock.send(head + part)
+            except (BlockingIOError, InterruptedError):
+                n = part.count(b"\n")  # no room: drop it; the processor counts the lines lost
+                s.lost += n
+                s.partial = not part.endswith(b"\n") if n else (s.partial or s.gap or bool(part))
                 s.gap = True
-                s.gap_partial = not data.endswith(b"\n") if n else (s.gap_partial or bool(data))
-                return
-            if s.gap:
-                self.queue.append(("gap", s, s.dropped, s.gap_partial))
-                s.dropped, s.gap = 0, False
-            self.queue.append(("data", s, data, s.ctx, time.time_ns(), n))
-            self.pending_lines += n
-            self.pending_bytes += len(data)
-            self.cond.notify()
+            except OSError:
+                return  # the processor is gone: passing through is all that is left to do
+
+    @staticmethod
+    def _gap_message(s: _Stream) -> bytes:
+        return b"g" + s.index + b"%d,%d" % (s.lost, 1 if s.partial else 0)
+
+    def _control(self, message: bytes) -> None:
+        """Hand over an end or exit message (after any pending gap reports), waiting if need be."""
+        for s in self.streams:
+            if s.gap and self._send_waiting(self._gap_message(s)):
+                s.lost, s.gap = 0, False
+        self._send_waiting(message)
+
+    def _send_waiting(self, message: bytes) -> bool:
+        deadline = time.monotonic() + CONTROL_S
+        while True:
+            try:
+                self.sock.send(message)
+                return True
+            except (BlockingIOError, InterruptedError):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                select.select([], [self.sock], [], left)
+            except OSError:
+                return False
 
     def _close(self, s: _Stream, poller) -> None:
         s.open = False
@@ -238,92 +262,83 @@ class Relay:
         held = s.splitter.release()
         if held:
             self._write(s, held)
-            self._enqueue(s, held)
+            self._forward(s, held)
         try:
             os.close(s.fd)  # a program still writing now gets EPIPE, as without evlog
         except OSError:
             pass
-        self._put(("eof", s))
+        self._control(b"e" + s.index)
         self._maybe_exit()
 
-    def _queue_gaps(self) -> None:
-        with self.cond:
-            for s in self.streams:
-                if s.gap:
-                    self.queue.append(("gap", s, s.dropped, s.gap_partial))
-                    s.dropped, s.gap = 0, False
-
     def _maybe_exit(self) -> None:
-        if not self.exit_queued and all(x.exited or not x.open for x in self.streams):
-            self._queue_gaps()
-            self.exit_queued = True
-            self.deadline = time.monotonic() + BACKLOG_S
-            self._put(("exit",))
+        if not self.exit_sent and all(x.exited or not x.open for x in self.streams):
+            self.exit_sent = True
+            self._control(b"x")
 
-    def _put(self, item: tuple) -> None:
-        with self.cond:
-            self.queue.append(item)
-            self.cond.notify()
 
-    # processor (second thread) ---------------------------------------------------------------
+# -- the processor process ----------------------------------------------------------------------
 
-    def _guarded_process(self) -> None:
-        try:
-            _load()
-            self.parser = cp.ConsoleParser(self.cfg.get("mode", "metadata"), _redactor(self.cfg.get("redact", ())))
-            self._process()
-        except BaseException as exc:  # keep passing output through whatever happens here
-            _warn("console-relay", f"console capture stopped exporting: {exc!r}")
-            with self.cond:
-                self.queue.clear()
-                self.pending_lines = self.pending_bytes = 0
-            self._ack()
+class Processor:
+    """Messages from the reader -> the line parser -> OTel records; acknowledges the program's exit."""
 
-    def _process(self) -> None:
+    def __init__(self, cfg: dict):
+        import _socket
+
+        _load()
+        self.cfg = cfg
+        self.names = [spec["name"] for spec in cfg["streams"]]
+        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, cfg["sock_fd"])
+        self.parser = cp.ConsoleParser(cfg.get("mode", "metadata"), _redactor(cfg.get("redact", ())))
+        self.ack_fd = cfg.get("ack_fd")
+        self.acked = False
+        self.exited = False
+        self.exit_timeout = float(cfg.get("exit_timeout", 5))
+        self.emitter = None  # built on the first record to export: a quiet program pays nothing
+        self._emitter_failed = False
+        self._contexts: dict = {}
+
+    def run(self) -> None:
         pace = _Pacer(CPU_SHARE)
+        idle_flushed = True
         while True:
-            with self.cond:
-                if not self.queue:
-                    self.cond.wait(IDLE_S)
-                if not self.queue:
-                    item = None
-                else:
-                    item = self.queue.popleft()
-                    if item[0] == "data":
-                        self.pending_lines -= item[5]
-                        self.pending_bytes -= len(item[2])
-            if item is None:
-                self._emit(self.parser.flush(), None, time.time_ns())
+            if not select.select([self.sock], [], [], IDLE_S)[0]:
+                if not idle_flushed:
+                    self._emit(self.parser.flush(), None, time.time_ns())  # pending repeat notices
+                    idle_flushed = True
                 continue
-            kind = item[0]
-            if kind == "data":
-                _, s, data, ctx, t, n = item
+            try:
+                msg = self.sock.recv(MESSAGE + 256)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                msg = b""
+            kind = msg[:1]
+            if kind == b"d":
+                name, ctx, t = self.names[int(msg[1:2])], msg[2:52], int(msg[52:72])
+                data = msg[72:]
                 for i in range(0, len(data), PIECE):
-                    piece = data[i:i + PIECE] if len(data) > PIECE else data
-                    if self.deadline is None:
+                    if not self.exited:
                         pace()  # the program is running: leave it the CPU it needs
-                    elif time.monotonic() > self.deadline:
-                        self.parser.discard(s.name, piece.count(b"\n"), not piece.endswith(b"\n"))
-                        continue
-                    self._emit(self.parser.feed(s.name, piece), ctx, t)
-            elif kind == "gap":
-                self.parser.discard(item[1].name, item[2], item[3])
-            elif kind == "eof":
-                self._emit(self.parser.close(item[1].name), item[1].ctx, time.time_ns())
-            elif kind in ("exit", "end"):
+                    self._emit(self.parser.feed(name, data[i:i + PIECE]), ctx, t)
+                idle_flushed = False
+            elif kind == b"g":
+                lost, partial = msg[2:].split(b",")
+                self.parser.discard(self.names[int(msg[1:2])], int(lost), partial == b"1")
+                idle_flushed = False
+            elif kind == b"e":
+                self._emit(self.parser.close(self.names[int(msg[1:2])]), None, time.time_ns())
+            elif kind == b"x":
+                self.exited = True
                 self._emit(self.parser.flush(partial=True), None, time.time_ns())
-                if kind == "exit":
-                    if self.emitter:
-                        self.emitter.flush(self.exit_timeout)
-                    self._ack()
-                    with self.cond:
-                        if not self.ended:  # output goes on (children): back to normal work
-                            self.deadline = None
-                else:
-                    if self.emitter:
-                        self.emitter.shutdown(self.exit_timeout)
-                    self._ack()  # or, if the program already had it, a stats line for the rest
-                    return
+                if self.emitter:
+                    self.emitter.flush(self.exit_timeout)
+                self._ack()
+            else:  # b"z" or end of file: every stream is closed
+                self._emit(self.parser.flush(partial=True), None, time.time_ns())
+                if self.emitter:
+                    self.emitter.shutdown(self.exit_timeout)
+                self._ack()  # or, if the program already had it, a stats line for the rest
+                return
 
     def _emit(self, records: list, ctx_hex, t: int) -> None:
         if not records:
@@ -340,8 +355,6 @@ class Relay:
                 return
             try:
                 self.emitter = Emitter(self.cfg)
-                if self.deadline is not None:  # the deadline bounds backlog work, not this set-up
-                    self.deadline = max(self.deadline, time.monotonic() + BACKLOG_S)
             except Exception as exc:
                 self._emitter_failed = True
                 _report.warn_once("console-otel", f"console capture cannot export: {exc!r}")
@@ -349,7 +362,7 @@ class Relay:
             self.emitter.emit(records, self._context(ctx_hex), t)
 
     def _context(self, ctx_hex):
-        if ctx_hex is None:
+        if ctx_hex is None or ctx_hex == _NO_CTX:
             return None
         ctx = self._contexts.get(ctx_hex)
         if ctx is None:
@@ -368,9 +381,8 @@ class Relay:
         """Tell the program its output is exported (with this relay's counters for its summary)."""
         import json
 
-        counters = dict(stats.counters) if stats else {}
-        if stats:
-            stats.reset()
+        counters = dict(stats.counters)
+        stats.reset()
         if self.ack_fd is None or self.acked:
             if counters:
                 _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
@@ -386,9 +398,9 @@ class Relay:
 class _Pacer:
     """Keeps this process's CPU time under ``share`` of one core, by sleeping between pieces.
 
-    A program printing as fast as it can would otherwise have the relay take a whole core from
-    it on a busy machine; what the relay cannot process in its share is dropped and counted.
-    Sleeping (not a lower priority) keeps the GIL free for the reader, which must never wait.
+    A program printing as fast as it can would otherwise have the processor take a whole core
+    from it on a busy machine; what the processor cannot take in its share waits in the socket,
+    and when that is full the reader drops it, counted.
     """
 
     WINDOW = 0.05
@@ -559,6 +571,8 @@ def metric_name(key: str) -> str:
 
 
 def _bounded(fn, timeout_s: float) -> None:
+    import threading
+
     t = threading.Thread(target=fn, name="evlog-console-flush", daemon=True)
     t.start()
     t.join(timeout_s)
@@ -567,18 +581,20 @@ def _bounded(fn, timeout_s: float) -> None:
 # -- entry point --------------------------------------------------------------------------------
 
 def main(cfg: dict) -> None:
-    """Run the relay; never returns (the process ends by os._exit, after a bounded flush)."""
+    """Run as the reader or the processor; never returns (os._exit after a bounded flush)."""
     import _signal as signal  # the C module: "signal" would import enum, slower to start
 
     code = 0
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)  # the relay ends when the program's output does
-        _follow_window_size(cfg)
-        sys.setswitchinterval(0.001)  # the reader thread gets the GIL back quickly
-        Relay(cfg).run()
+        if cfg["role"] == "reader":
+            _follow_window_size(cfg)
+            Reader(cfg).run()
+        else:
+            Processor(cfg).run()
     except BaseException as exc:
-        _warn("console-relay", f"console capture failed: {exc!r}")
+        _warn("console-relay", f"console capture failed ({cfg.get('role')}): {exc!r}")
         code = 1
     os._exit(code)
 
