@@ -7,9 +7,10 @@ this file twice with ``python -S`` (no evlog set-up of their own):
   socket. It is single-threaded and light, so it is never waiting for a lock or a GIL while the
   program's pipe fills: when the processor falls behind, the socket is full and the reader drops
   the bytes and counts them (``console.dropped``), never holding the program.
-- the processor feeds the bytes to the line parser and emits OTel records, using at most half a
-  core while the program runs. Telemetry carries the program's resource (its process.pid and
-  service.instance.id), so the relay is invisible in the data.
+- the processor feeds the bytes to the line parser and emits OTel records, at a lower priority
+  (nice 10): it uses an idle core fully and yields a busy one to the program. Telemetry carries the
+  program's resource (its process.pid and service.instance.id), so the relay is invisible in the
+  data.
 Nothing per line runs in the program's own process, and lines written just before os._exit or
 SIGKILL still arrive (the reader reads until end of file).
 
@@ -32,12 +33,11 @@ cp = _report = stats = None
 READ_SIZE = 1 << 18
 COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
 MESSAGE = 1 << 15  # bytes of output per message to the processor
-SOCKET_BUFFER = 1 << 19  # the queue between reader and processor (the kernel may allow less)
+SOCKET_BUFFER = 1 << 18  # the queue between reader and processor (the kernel may allow less)
 BACKLOG_S = 1.5  # after the program's exit, at most this long to work through the backlog
 SETUP_S = 5.0  # allowance for the relay's one-time OTel set-up (imports), on a busy machine
 CONTROL_S = 5.0  # how long the reader waits to hand over an end-of-stream or exit message
-CPU_SHARE = 0.5  # while the program runs, the processor uses at most this much of one core
-PIECE = 1 << 14  # the processor works (and paces itself) in pieces of this many bytes
+NICE = 10  # the processor's priority: an idle core it uses fully, a busy one it leaves to the program
 IDLE_S = 1.0  # repeat notices are emitted after this long without output
 _NO_CTX = b"-" * 50
 MAX_GAUGES = 100
@@ -298,7 +298,6 @@ class Processor:
         self._contexts: dict = {}
 
     def run(self) -> None:
-        pace = _Pacer(CPU_SHARE)
         idle_flushed = True
         while True:
             if not select.select([self.sock], [], [], IDLE_S)[0]:
@@ -315,11 +314,7 @@ class Processor:
             kind = msg[:1]
             if kind == b"d":
                 name, ctx, t = self.names[int(msg[1:2])], msg[2:52], int(msg[52:72])
-                data = msg[72:]
-                for i in range(0, len(data), PIECE):
-                    if not self.exited:
-                        pace()  # the program is running: leave it the CPU it needs
-                    self._emit(self.parser.feed(name, data[i:i + PIECE]), ctx, t)
+                self._emit(self.parser.feed(name, msg[72:]), ctx, t)
                 idle_flushed = False
             elif kind == b"g":
                 lost, partial = msg[2:].split(b",")
@@ -393,31 +388,6 @@ class Processor:
             os.close(self.ack_fd)
         except OSError:
             _write_stats_line(self.cfg, counters)
-
-
-class _Pacer:
-    """Keeps this process's CPU time under ``share`` of one core, by sleeping between pieces.
-
-    A program printing as fast as it can would otherwise have the processor take a whole core
-    from it on a busy machine; what the processor cannot take in its share waits in the socket,
-    and when that is full the reader drops it, counted.
-    """
-
-    WINDOW = 0.05
-
-    def __init__(self, share: float):
-        self.share = share
-        self.t0 = time.monotonic()
-        self.c0 = time.process_time()
-
-    def __call__(self) -> None:
-        now = time.monotonic()
-        if now - self.t0 < self.WINDOW:
-            return
-        over = (time.process_time() - self.c0) - self.share * (now - self.t0)
-        if over > 0:
-            time.sleep(min(over / self.share, 0.5))
-        self.t0, self.c0 = time.monotonic(), time.process_time()
 
 
 def _load() -> None:
@@ -592,6 +562,10 @@ def main(cfg: dict) -> None:
             _follow_window_size(cfg)
             Reader(cfg).run()
         else:
+            try:  # before any thread starts: the exporter threads inherit it
+                os.nice(NICE)
+            except OSError:
+                pass
             Processor(cfg).run()
     except BaseException as exc:
         _warn("console-relay", f"console capture failed ({cfg.get('role')}): {exc!r}")
