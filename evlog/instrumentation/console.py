@@ -4,10 +4,10 @@
 children inherit the captured descriptors and are not captured again). For each of descriptors 1
 and 2 it makes a pseudo-terminal if the original is a terminal (so ``isatty()`` stays true, and
 colours, progress bars and prompts behave as before), a pipe otherwise, puts it in place with
-``dup2`` and starts the relay (console_relay.py): a helper process that passes every byte on to the
-original descriptor unchanged, at once, and exports lines as OTel log records (names in
-docs/conventions.md, section Console). So print, C extensions, ``os.write(1, ...)`` and every child
-process that inherits the descriptors are seen, and the program never runs per-line work itself.
+``dup2`` and starts the relay (console_relay.py): two helper processes, one passing every byte on
+to the original descriptor unchanged, at once, the other exporting lines as OTel log records (names
+in docs/conventions.md, section Console). So print, C extensions, ``os.write(1, ...)`` and every
+child process that inherits the descriptors are seen, and the program never runs per-line work.
 
 Two things are written into the streams for the relay (and removed by it): a marker at each change
 of the main thread's innermost span, so lines carry the trace context that was current when they

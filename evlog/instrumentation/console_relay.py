@@ -26,16 +26,16 @@ import select
 import sys
 import time
 
-# The relay runs this file with ``python -S`` and starts reading at once; the parser, the
-# redactor and evlog's helpers are imported by the processing thread (``_load``), in parallel.
+# The relay runs this file with ``python -S``: the reader starts reading at once; only the
+# processor imports the parser, the redactor and evlog's helpers (``_load``).
 cp = _report = stats = None
 
 READ_SIZE = 1 << 18
 COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
 MESSAGE = 1 << 15  # bytes of output per message to the processor
 SOCKET_BUFFER = 1 << 18  # the queue between reader and processor (the kernel may allow less)
-BACKLOG_S = 1.5  # after the program's exit, at most this long to work through the backlog
-SETUP_S = 5.0  # allowance for the relay's one-time OTel set-up (imports), on a busy machine
+BACKLOG_S = 1.5  # at the program's exit, time allowed for the (bounded) backlog, ...
+SETUP_S = 5.0  # ... and for the processor's one-time OTel set-up (imports), on a busy machine
 CONTROL_S = 5.0  # how long the reader waits to hand over an end-of-stream or exit message
 NICE = 10  # the processor's priority: an idle core it uses fully, a busy one it leaves to the program
 IDLE_S = 1.0  # repeat notices are emitted after this long without output
@@ -291,7 +291,6 @@ class Processor:
         self.parser = cp.ConsoleParser(cfg.get("mode", "metadata"), _redactor(cfg.get("redact", ())))
         self.ack_fd = cfg.get("ack_fd")
         self.acked = False
-        self.exited = False
         self.exit_timeout = float(cfg.get("exit_timeout", 5))
         self.emitter = None  # built on the first record to export: a quiet program pays nothing
         self._emitter_failed = False
@@ -323,7 +322,6 @@ class Processor:
             elif kind == b"e":
                 self._emit(self.parser.close(self.names[int(msg[1:2])]), None, time.time_ns())
             elif kind == b"x":
-                self.exited = True
                 self._emit(self.parser.flush(partial=True), None, time.time_ns())
                 if self.emitter:
                     self.emitter.flush(self.exit_timeout)
