@@ -165,7 +165,13 @@ class Reader:
                 except OSError:  # EIO: the last writer of a pseudo-terminal is gone
                     data = b""
                 if data:
-                    self._chunk(s, data)
+                    try:
+                        self._chunk(s, data)
+                    except Exception as exc:  # never let the program's output stop here
+                        _warn("console-reader", f"console capture stopped parsing its output: {exc!r}")
+                        self.sock.close()
+                        self._chunk = self._write
+                        self._write(s, data)
                 if not data or not s.open:
                     self._close(s, poller)
             done = time.monotonic()
