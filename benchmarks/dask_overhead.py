@@ -1,14 +1,20 @@
 """Dask throughput under evlog: client.map of trivial tasks on a LocalCluster of 2 worker processes.
 
-Each run is a fresh `python app.py` (LocalCluster, 2 worker processes x 1 thread, no dashboard):
-100 warm-up tasks, then ROUNDS timed rounds of client.map(inc, range(N)) + gather, reporting the
-median tasks/s. Runs alternate plain / under `evlog-instrument` (A B A B ...), the evlog runs exporting
-all three signals over OTLP/gRPC to a receiver in this process that only keeps the request bytes
-(parsed after the run, to count what arrived: the proof that the evlog run was instrumented).
-Goal: at least 0.97 of plain throughput.
+Two apps run side by side for the whole benchmark, each with its own LocalCluster (2 worker
+processes x 1 thread): one plain, one under `evlog-instrument` exporting all three signals over
+OTLP/gRPC to a receiver in this process (it only keeps the request bytes, counted after the run:
+the proof that the evlog app was instrumented). This process tells them in turn (A B A B ...) to
+run one round: client.map(inc, range(N)) + gather, timed. Only one cluster works at a time; the
+other idles. Interleaving round by round, seconds apart, is what makes the comparison hold on a
+machine whose load changes by the minute.
 
-    python benchmarks/dask_overhead.py            # 5,000 tasks, 3 pairs
-    python benchmarks/dask_overhead.py --quick    # 1,000 tasks, 3 pairs
+Figures (medians over rounds): tasks/s, and CPU time per task summed over the client/scheduler
+process and both workers, measured after a flush so that evlog's deferred work (span assembly,
+encoding, export) is counted. Goal: at least 0.97 of plain throughput.
+
+    python benchmarks/dask_overhead.py            # 5,000 tasks per round, 5 pairs of rounds
+    python benchmarks/dask_overhead.py --quick    # 1,000 tasks per round, 4 pairs
+    python benchmarks/dask_overhead.py --env EVLOG_CONSUMERS=none   # a variable for the evlog app
 """
 from __future__ import annotations
 
@@ -26,25 +32,39 @@ from concurrent import futures
 PY = sys.executable
 
 APP = textwrap.dedent('''
-    import json, statistics, sys, time
+    import json, sys, time
     from distributed import Client, LocalCluster
 
     def inc(x):
         return x + 1
 
+    def cpu():
+        return time.process_time()
+
+    def flush():
+        from opentelemetry import trace
+        getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
+
     if __name__ == "__main__":
-        n, rounds = int(sys.argv[1]), int(sys.argv[2])
         with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \\
                 Client(cluster) as client:
-            client.gather(client.map(inc, range(100), key=[f"warm-{i}" for i in range(100)]))
-            rates = []
-            for r in range(rounds):
+            client.gather(client.map(inc, range(200), key=[f"warm-{i}" for i in range(200)]))
+            print("ready", flush=True)
+            for r, line in enumerate(sys.stdin):
+                if line.strip() == "quit":
+                    break
+                n = int(line)
+                w0, m0 = client.run(cpu), time.process_time()
                 t = time.perf_counter()
                 fs = client.map(inc, range(n), key=[f"inc-{r}-{i}" for i in range(n)])
                 client.gather(fs)
-                rates.append(n / (time.perf_counter() - t))
+                wall = time.perf_counter() - t
                 del fs
-            print(json.dumps({"rate": statistics.median(rates), "rates": rates}), flush=True)
+                client.run(flush)
+                flush()
+                w1, m1 = client.run(cpu), time.process_time()
+                cpu_s = (m1 - m0) + sum(w1[k] - w0[k] for k in w0)
+                print(json.dumps({"rate": n / wall, "cpu_us": cpu_s / n * 1e6}), flush=True)
 ''')
 
 
@@ -80,27 +100,22 @@ class CountingReceiver:
 
         return export
 
-    def take(self) -> dict:
-        """Count what arrived since the last call: spans by name, log records, metric points."""
+    def count(self) -> dict:
+        """What arrived: spans by name (without the template part), log records, metric requests."""
         from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
         with self._lock:
             bodies = {k: list(v) for k, v in self.bodies.items()}
-            for v in self.bodies.values():
-                v.clear()
         names: dict = {}
         for body in bodies["traces"]:
-            req = ExportTraceServiceRequest.FromString(body)
-            for rs in req.resource_spans:
+            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
                 for ss in rs.scope_spans:
                     for s in ss.spans:
                         base = s.name.split(" ")[0]
                         names[base] = names.get(base, 0) + 1
-        logs = 0
-        for body in bodies["logs"]:
-            req = ExportLogsServiceRequest.FromString(body)
-            logs += sum(len(sl.log_records) for rl in req.resource_logs for sl in rl.scope_logs)
+        logs = sum(len(sl.log_records) for body in bodies["logs"]
+                   for rl in ExportLogsServiceRequest.FromString(body).resource_logs for sl in rl.scope_logs)
         return {"spans": names, "logs": logs, "metric_requests": len(bodies["metrics"])}
 
     def stop(self):
@@ -113,54 +128,85 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
-def run_once(app: str, n: int, rounds: int, instrumented: bool, endpoint: str) -> float:
-    cmd = [PY, app, str(n), str(rounds)]
-    env = _env()
-    if instrumented:
-        cmd = [PY, "-m", "evlog.launcher"] + cmd
-        env = _env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-                    "OTEL_EXPORTER_OTLP_INSECURE": "true", "EVLOG_SUMMARY": "false"})
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise SystemExit(f"run failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    line = [l for l in proc.stdout.splitlines() if l.startswith("{")][-1]
-    return json.loads(line)["rate"]
+class App:
+    """One long-lived app process with its cluster, running a round per request."""
+
+    def __init__(self, app: str, instrumented: bool, endpoint: str, log, extra_env: dict | None = None):
+        cmd, env = [PY, app], _env()
+        if instrumented:
+            cmd = [PY, "-m", "evlog.launcher"] + cmd
+            env = _env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                        "OTEL_EXPORTER_OTLP_INSECURE": "true", "EVLOG_SUMMARY": "false", **(extra_env or {})})
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                     text=True, bufsize=1)
+        self._expect("ready")
+
+    def _expect(self, prefix: str) -> str:
+        line = self.proc.stdout.readline()
+        if not line.startswith(prefix):
+            raise SystemExit(f"the app failed (exit {self.proc.poll()}), see its log; got {line!r}")
+        return line
+
+    def round(self, n: int) -> dict:
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        return json.loads(self._expect("{"))
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write("quit\n")
+            self.proc.stdin.flush()
+            self.proc.wait(120)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tasks", type=int, default=0)
-    ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=0, help="timed rounds per run (default 1, quick 2)")
+    ap.add_argument("--pairs", type=int, default=0)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra variable for the evlog app (e.g. EVLOG_DASK_TRANSITIONS=false)")
     args = ap.parse_args()
+    extra = dict(e.split("=", 1) for e in args.env)
     n = args.tasks or (1000 if args.quick else 5000)
-    rounds = args.rounds or (2 if args.quick else 1)
-    pairs = max(3, args.pairs)
+    pairs = max(3, args.pairs or (4 if args.quick else 5))
     tmp = tempfile.mkdtemp(prefix="evlog-bench-dask-")
     app = os.path.join(tmp, "app.py")
     with open(app, "w") as fh:
         fh.write(APP)
     receiver = CountingReceiver()
     endpoint = f"http://127.0.0.1:{receiver.port}"
-    plain, evlog, arrived = [], [], []
-    try:
-        for i in range(pairs):
-            plain.append(run_once(app, n, rounds, False, endpoint))
-            evlog.append(run_once(app, n, rounds, True, endpoint))
-            arrived.append(receiver.take())
-            print(f"# pair {i + 1}: plain {plain[-1]:.1f}, evlog {evlog[-1]:.1f} tasks/s; "
-                  f"received {arrived[-1]}", flush=True)
-    finally:
-        receiver.stop()
-    p, e = statistics.median(plain), statistics.median(evlog)
+    rows = {"plain": [], "evlog": []}
+    with open(os.path.join(tmp, "apps.log"), "w") as log:
+        apps = {"plain": App(app, False, endpoint, log), "evlog": App(app, True, endpoint, log, extra)}
+        try:
+            for i in range(pairs):
+                for name in ("plain", "evlog"):
+                    rows[name].append(apps[name].round(n))
+                print(f"# pair {i + 1}: plain {rows['plain'][-1]['rate']:.1f}, evlog {rows['evlog'][-1]['rate']:.1f} "
+                      f"tasks/s; CPU plain {rows['plain'][-1]['cpu_us']:.0f}, evlog {rows['evlog'][-1]['cpu_us']:.0f} "
+                      f"us per task", flush=True)
+        finally:
+            for a in apps.values():
+                a.close()
+            receiver.stop()
+    arrived = receiver.count()
+
+    def med(name, key):
+        return statistics.median(r[key] for r in rows[name])
+
+    p, e = med("plain", "rate"), med("evlog", "rate")
     print(f"dask_overhead: ratio {e / p:.3f} (plain {p:.1f}, evlog {e:.1f}, tasks/s; "
-          f"client.map of {n} trivial tasks x {rounds}, 2 worker processes, OTLP/gRPC)")
-    expected = n * rounds + 100
-    tasks = min(a["spans"].get("dask.task", 0) for a in arrived)
-    execs = min(a["spans"].get("dask.execute", 0) for a in arrived)
-    print(f"dask_overhead.proof: each evlog run delivered at least {tasks} dask.task and {execs} dask.execute "
-          f"spans for {expected} tasks, and {min(a['logs'] for a in arrived)} events")
+          f"client.map of {n} trivial tasks, 2 worker processes, OTLP/gRPC, {pairs} pairs of rounds)")
+    p, e = med("plain", "cpu_us"), med("evlog", "cpu_us")
+    print(f"dask_overhead.cpu: ratio {e / p:.3f} (plain {p:.0f}, evlog {e:.0f}, CPU us per task, all processes)")
+    expected = n * pairs + 200
+    tasks, execs = arrived["spans"].get("dask.task", 0), arrived["spans"].get("dask.execute", 0)
+    print(f"dask_overhead.proof: the evlog app delivered {tasks} dask.task and {execs} dask.execute spans for "
+          f"{expected} tasks, and {arrived['logs']} events")
     if tasks < expected or execs < expected:
         print(f"# warning: fewer spans than tasks arrived ({tasks}, {execs} < {expected})")
 

@@ -107,8 +107,25 @@ def any_value(v: Any, depth: int = 0) -> Any:
     """``v`` as an OTel AnyValue (str, bool, int64, float, bytes, lists, str-keyed maps).
 
     Dask messages hold sets, tuples, numpy numbers and other objects; one value the exporter cannot
-    encode would lose the whole batch, so anything else becomes its repr.
+    encode would lose the whole batch, so anything else becomes its repr. A value whose conversion
+    raises (a mapping whose items() fails, a repr() that raises) becomes text too, never an error.
     """
+    try:
+        return _any_value(v, depth)
+    except Exception:
+        return _text(v)
+
+
+def _text(v: Any) -> str:
+    for fn in (repr, str):
+        try:
+            return fn(v)
+        except Exception:
+            pass
+    return f"<{type(v).__name__}>"
+
+
+def _any_value(v: Any, depth: int) -> Any:
     if v is None or isinstance(v, (str, bool, float, bytes)):
         return v
     if isinstance(v, int):

@@ -465,6 +465,7 @@ def test_an_error_inside_evlogs_hooks_is_reported_once_and_the_cluster_carries_o
 
 def test_fast_span_encoding_matches_the_standard_otlp_encoder():
     from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -485,12 +486,13 @@ def test_fast_span_encoding_matches_the_standard_otlp_encoder():
         spans.append(ds.FinishedSpan(f"dask.task k{i % 2}", ds.context(ds.new_trace_id(), ds.new_span_id()),
                                      parent if i % 2 else None, res, attrs, list(SpanKind)[i % 5], status,
                                      int(1.7e18) + i, int(1.7e18) + i + 10, trans, extra))
-    fast = ds.encode_resource_spans(spans)
-    standard = trace_encoder._encode_resource_spans(spans)  # reads .events: the lazily built SDK events
+    fast = ExportTraceServiceRequest.FromString(ds.encode_request(spans))
+    standard_encode = getattr(trace_encoder.encode_spans, "__wrapped__", trace_encoder.encode_spans)
+    standard = standard_encode(spans)  # reads .events: the lazily built SDK events
 
-    def canonical(resource_spans):
+    def canonical(request):
         out = []
-        for rs in resource_spans:
+        for rs in request.resource_spans:
             for ss in rs.scope_spans:
                 for s in ss.spans:
                     events = sorted((e.SerializeToString() for e in s.events))
@@ -498,4 +500,4 @@ def test_fast_span_encoding_matches_the_standard_otlp_encoder():
                     out.append((rs.resource.SerializeToString(), ss.scope.SerializeToString(), s.SerializeToString(), events))
         return out
 
-    assert canonical(fast) == canonical(standard)
+    assert canonical(fast) == canonical(standard) and len(canonical(fast)) == len(spans)

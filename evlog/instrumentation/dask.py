@@ -120,13 +120,14 @@ _workers: "weakref.WeakSet" = weakref.WeakSet()
 
 
 def _patches() -> list:
-    """(module, Class.method, wrapper): every patch; uninstrument puts each original back."""
+    """(module, Class.method or function, wrapper): every patch; uninstrument puts each original back."""
     from . import dask_client, dask_worker
 
     table = [
         ("distributed.scheduler", "Scheduler.__init__", _scheduler_init),
         ("distributed.worker", "Worker.__init__", _worker_init),
-        ("distributed.worker", "Worker.execute", dask_worker.execute),
+        ("distributed.worker", "_run_task", dask_worker.run_task),
+        ("distributed.worker", "_run_task_async", dask_worker.run_task_async),
         ("distributed.worker", "Worker.gather_dep", dask_worker.gather_dep),
         ("distributed.worker", "Worker.log_event", _log_event),
         ("distributed.nanny", "Nanny.__init__", _nanny_init),
@@ -169,8 +170,12 @@ class DaskInstrumentor:
         done = []
         try:
             for module, path, wrapper in _patches():
-                owner_name, attr = path.rsplit(".", 1)
-                owner = getattr(importlib.import_module(module), owner_name)
+                owner = importlib.import_module(module)
+                if "." in path:
+                    owner_name, attr = path.rsplit(".", 1)
+                    owner = getattr(owner, owner_name)
+                else:
+                    attr = path
                 original = owner.__dict__[attr]
                 wrapt.wrap_function_wrapper(owner, attr, wrapper)
                 done.append((owner, attr, original))

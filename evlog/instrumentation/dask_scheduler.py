@@ -27,7 +27,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import deque
+from collections import Counter, deque
+from operator import itemgetter
 from time import monotonic
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -41,6 +42,7 @@ GRACE = 2.0  # seconds a finished task span waits for its release/forget transit
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 _Transition = events.Transition
 _new = tuple.__new__
+_PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
 
@@ -79,7 +81,7 @@ class SchedulerRecorder(SchedulerPlugin):
         self._ended: deque = deque()  # (monotonic time it ended, life)
         self._removed: dict = {}  # stimulus_id of a worker removal -> worker address
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
-        self.counts: dict = {}  # (start, finish) -> transitions so far
+        self.counts: Counter = Counter()  # (start, finish) -> transitions so far
         self._names: dict = {}
         self._res = None  # this process's resource, read once per drain
         self._lock = threading.Lock()
@@ -158,18 +160,18 @@ class SchedulerRecorder(SchedulerPlugin):
             return self._drain(final)
 
     def _drain(self, final: bool) -> list:
-        log = self._log
-        pop = log.popleft
+        pop = self._log.popleft
+        batch = [pop() for _ in range(len(self._log))]
+        self.counts.update(map(_PAIR, batch))  # counted in C
         opened = self._open
-        counts = self.counts
         out: list = []
         story: list = []
         now = monotonic()
         self._res = ds.resource()
-        for _ in range(len(log)):
-            key, start, finish, stim, t, ts, extra = pop()
-            pair = (start, finish)
-            counts[pair] = counts.get(pair, 0) + 1
+        pause = ds.pacer()
+        for i, (key, start, finish, stim, t, ts, extra) in enumerate(batch):
+            if not i & 31:
+                pause()
             life = opened.get(key)
             if life is None:
                 life = opened[key] = _Life(key, ts)

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import weakref
+from time import perf_counter, sleep
 from typing import Callable
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
@@ -43,9 +44,8 @@ _getrandbits = random.getrandbits
 class FinishedSpan(ReadableSpan):
     """A finished span built from recorded fields; SDK events are made only when read.
 
-    ``transitions`` are tuples whose first five items are (key, start, finish, stimulus_id, worker)
-    and whose last is the time in seconds (evlog.events.Transition); each becomes a span event
-    ``transition``. ``extra`` are (name, time_ns, attributes) events (exceptions, startstops).
+    ``transitions`` are (key, start, finish, stimulus_id, worker, time in seconds) tuples
+    (evlog.events.Transition); each becomes a span event ``transition``. ``extra`` are (name, time_ns, attributes) events (exceptions, startstops).
     """
 
     def __init__(self, name, context, parent, resource, attributes, kind, status, start, end,
@@ -78,10 +78,11 @@ class FinishedSpan(ReadableSpan):
 
 
 def _transition_event(t) -> Event:
-    attrs = {"dask.transition.start": t[1], "dask.transition.finish": t[2], "dask.stimulus_id": t[3]}
+    attrs = {"dask.transition.start": t[1], "dask.transition.finish": t[2]}
     if t[4]:
         attrs["dask.worker.address"] = t[4]
-    return Event("transition", attrs, int(t[-1] * 1e9))
+    attrs["dask.stimulus_id"] = t[3]
+    return Event("transition", attrs, int(t[5] * 1e9))
 
 
 def new_span_id() -> int:
@@ -129,6 +130,41 @@ def trace_of_group(span_id) -> int:
         except ValueError:
             pass
     return new_trace_id()
+
+
+# ---- pacing: background work in short slices ----------------------------------------------------
+
+SLICE = 0.0002  # seconds of work before a background thread lets the GIL go
+PAUSE = 0.0001  # how long it lets it go
+
+
+class Pacer:
+    """Lets the GIL go every SLICE seconds of work. A Dask scheduler or worker is latency-bound:
+    its event loop sleeps on sockets, and when it wakes while a background thread computes, it
+    waits for the GIL up to the 5 ms switch interval. Work in slices of a fraction of a millisecond,
+    each followed by a real sleep, bounds that wait at the slice length."""
+
+    __slots__ = ("_t0",)
+
+    def __init__(self):
+        self._t0 = perf_counter()
+
+    def __call__(self) -> None:
+        if perf_counter() - self._t0 > SLICE:
+            sleep(PAUSE)
+            self._t0 = perf_counter()
+
+
+def no_pause() -> None:
+    pass
+
+
+def pacer():
+    """A Pacer on evlog's background threads; a no-op on any other (a flush, a story() call)."""
+    return Pacer() if threading.current_thread().name in _BACKGROUND else no_pause
+
+
+_BACKGROUND = {"evlog-dask", "OtelBatchSpanRecordProcessor"}
 
 
 # ---- the assembler ------------------------------------------------------------------------------
@@ -195,7 +231,7 @@ class Assembler:
 
 
 def _deliver(spans) -> None:
-    if encoder_patch._original is None and EncoderPatch._module in sys.modules:
+    if encoder_patch._original is None and EncoderPatch._common in sys.modules:
         encoder_patch.install()  # once an OTLP exporter is in use here
     from opentelemetry import trace
 
@@ -204,8 +240,10 @@ def _deliver(spans) -> None:
         _report.warn_once("dask-no-sdk", "the tracer provider is not the OTel SDK's: Dask task spans are dropped")
         return
     on_end = proc.on_end
+    pause = pacer()
     for s in spans:
         on_end(s)
+        pause()
     stats.incr("spans", len(spans))
 
 
@@ -274,7 +312,8 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-_LEN = [_varint(i) for i in range(1 << 14)]  # lengths below 16 KiB: a list lookup, not a call
+# lengths below 16 KiB: a list lookup, not a call
+_LEN = [bytes((i,)) for i in range(128)] + [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(128, 1 << 14)]
 
 
 def _ld(tag: bytes, payload: bytes) -> bytes:
@@ -341,53 +380,86 @@ def _cached_field(tag: bytes, key: str, value: str) -> bytes:
     return b
 
 
-def _transition_const(start: str, finish: str) -> bytes:
-    """name + start + finish attributes of a transition event: the same bytes for every task."""
-    k = (start, finish)
-    b = _tr_cache.get(k)
-    if b is None:
-        b = _tr_cache[k] = (_EV_TRANSITION_NAME + _ld(b"\x1a", _kv("dask.transition.start", start))
-                            + _ld(b"\x1a", _kv("dask.transition.finish", finish)))
+def _transition_const(start: str, finish: str, worker) -> bytes:
+    """name + start + finish + worker attributes of a transition event: shared by many tasks."""
+    b = _EV_TRANSITION_NAME + _ld(b"\x1a", _kv("dask.transition.start", start)) + _ld(
+        b"\x1a", _kv("dask.transition.finish", finish))
+    if worker:
+        b += _ld(b"\x1a", _kv("dask.worker.address", worker))
+    if len(_tr_cache) > 8192:
+        _tr_cache.clear()
+    _tr_cache[(start, finish, worker)] = b
     return b
 
 
-def _transition_template(start: str, finish: str, stimulus_id, worker) -> tuple[bytes, bytes]:
-    """A transition span event as (bytes before its time, bytes after): the time is the only part
-    that differs between transitions of one kind, stimulus and worker, and it has a fixed size."""
-    tail = _transition_const(start, finish) + _cached_field(b"\x1a", "dask.stimulus_id", stimulus_id or "")
-    if worker:
-        tail += _cached_field(b"\x1a", "dask.worker.address", worker)
-    n = 9 + len(tail)  # time field: tag + 8 bytes
-    return b"\x5a" + (_LEN[n] if n < 16384 else _varint(n)) + b"\x09", tail
+def _text_field(tag: bytes, key: str, value: str) -> bytes:
+    """An attribute field (tag, KeyValue with a string AnyValue), written out inline."""
+    kb = _key_cache.get(key)
+    if kb is None:
+        kb = _key_cache[key] = _str(b"\x0a", key)
+    vb = value.encode("utf-8", "replace")
+    n = len(vb)
+    av = b"\x0a" + (_LEN[n] if n < 16384 else _varint(n)) + vb
+    n = len(av)
+    kv = kb + b"\x12" + (_LEN[n] if n < 16384 else _varint(n)) + av
+    n = len(kv)
+    return tag + (_LEN[n] if n < 16384 else _varint(n)) + kv
 
 
 def _attr_fields(tag: bytes, attrs, out: list) -> None:
     for k, v in attrs.items():
-        if k in _CACHED_KEYS and type(v) is str:
-            out.append(_cached_field(tag, k, v))
+        if type(v) is str:
+            if k in _CACHED_KEYS:
+                out.append(_cached_field(tag, k, v))
+            else:
+                out.append(_text_field(tag, k, v))
         else:
             out.append(_ld(tag, _kv(k, v)))
 
 
-def _span_bytes(s: FinishedSpan, templates: dict) -> bytes:
+_head_cache: dict = {}  # (trace id, parent span id) -> their two fields
+
+
+def _head(ctx, parent) -> bytes:
+    """trace_id and parent_span_id fields (the same for every span of one client call)."""
+    if parent is not None:
+        k = (ctx.trace_id, parent.span_id)
+        b = _head_cache.get(k)
+        if b is None:
+            if len(_head_cache) > 1024:
+                _head_cache.clear()
+            b = _head_cache[k] = (b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big")
+                                  + b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+        return b
+    return b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big")
+
+
+_name_cache: dict = {}
+
+
+def _span_bytes(s: FinishedSpan, stims: dict) -> bytes:
+    # fields in any order: protobuf parsers accept it, and the message written out again is canonical
     ctx = s._context
     parent = s._parent
-    parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"), b"\x12\x08", ctx.span_id.to_bytes(8, "big")]
-    if parent is not None:
-        parts.append(b"\x22\x08")
-        parts.append(parent.span_id.to_bytes(8, "big"))
-    parts.append(_str(b"\x2a", s._name))
-    parts.append(_KIND[s._kind])
+    name = _name_cache.get(s._name)
+    if name is None:
+        if len(_name_cache) > 4096:
+            _name_cache.clear()
+        name = _name_cache[s._name] = _str(b"\x2a", s._name)
+    parts = [_head(ctx, parent), b"\x12\x08", ctx.span_id.to_bytes(8, "big"), name, _KIND[s._kind]]
     parts.append(b"\x39" + _pack_q(s._start_time) + b"\x41" + _pack_q(s._end_time))
     _attr_fields(b"\x4a", s._attributes, parts)
-    for t in s.transitions:
-        k = (t[1], t[2], t[3], t[4])
-        tpl = templates.get(k)
-        if tpl is None:
-            tpl = templates[k] = _transition_template(*k)
-        parts.append(tpl[0])
-        parts.append(_pack_q(int(t[-1] * 1e9)))
-        parts.append(tpl[1])
+    if s.transitions:
+        # a transition event: its time, then name + start + finish + worker (the same bytes for many
+        # tasks) and the stimulus (shared by the tasks it moved), each written once
+        trc = _tr_cache
+        for _key, start, finish, stim, w, t in s.transitions:
+            c = trc.get((start, finish, w)) or _transition_const(start, finish, w)
+            sf = stims.get(stim)
+            if sf is None:
+                sf = stims[stim] = _text_field(b"\x1a", "dask.stimulus_id", stim or "")
+            n = 9 + len(c) + len(sf)
+            parts += (b"\x5a", _LEN[n] if n < 16384 else _varint(n), b"\x09", _pack_q(int(t * 1e9)), c, sf)
     for name, ts, attrs in s.extra:
         ev = [b"\x09", _pack_q(ts), _str(b"\x12", name)]
         _attr_fields(b"\x1a", attrs, ev)
@@ -421,29 +493,39 @@ def _resource_bytes(res) -> bytes:
 _SCOPE_FIELD = _ld(b"\x0a", _str(b"\x0a", SCOPE.name) + _str(b"\x12", SCOPE.version))  # ScopeSpans.scope
 
 
-def encode_resource_spans(spans) -> list:
-    """FinishedSpans -> PB2 ResourceSpans messages (one per resource), built from bytes."""
-    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
-
+def encode_request(spans) -> bytes:
+    """FinishedSpans -> the bytes of an ExportTraceServiceRequest (one ResourceSpans per resource)."""
     by_res: dict = {}
     for s in spans:
         by_res.setdefault(id(s._resource), (s._resource, []))[1].append(s)
     out = []
-    templates: dict = {}  # per batch: transitions of one stimulus share their bytes
+    stims: dict = {}  # per batch: the tasks one stimulus moved share its bytes
+    pause = pacer()
     for res, group in by_res.values():
-        body = b"".join([_SCOPE_FIELD] + [_ld(b"\x12", _span_bytes(s, templates)) for s in group])
-        blob = _ld(b"\x0a", _resource_bytes(res)) + _ld(b"\x12", body)
-        out.append(ResourceSpans.FromString(blob))
-    return out
+        parts = [_SCOPE_FIELD]
+        for s in group:
+            parts.append(_ld(b"\x12", _span_bytes(s, stims)))
+            pause()
+        out.append(_ld(b"\x0a", _ld(b"\x0a", _resource_bytes(res)) + _ld(b"\x12", b"".join(parts))))
+    return b"".join(out)
 
 
 class EncoderPatch:
-    """Gives the OTLP trace encoder (gRPC and HTTP exporters share it) a fast path for FinishedSpan."""
+    """Gives the OTLP trace exporters (gRPC and HTTP share one encoder) a fast path for FinishedSpan:
+    their ``encode_spans`` is replaced, in each module that holds it, by one that parses the request
+    written by ``encode_request`` (and encodes any other spans as before)."""
 
-    _module = "opentelemetry.exporter.otlp.proto.common._internal.trace_encoder"
+    _common = "opentelemetry.exporter.otlp.proto.common._internal.trace_encoder"
+    _holders = (  # modules that hold encode_spans as a global
+        "opentelemetry.exporter.otlp.proto.common._internal.trace_encoder",
+        "opentelemetry.exporter.otlp.proto.common.trace_encoder",
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    )
 
     def __init__(self):
         self._original: Callable | None = None
+        self._fast: Callable | None = None
 
     def install(self) -> None:
         if self._original is not None:
@@ -451,36 +533,41 @@ class EncoderPatch:
         try:
             import importlib
 
-            mod = importlib.import_module(self._module)
-            original = mod._encode_resource_spans
+            original = importlib.import_module(self._common).encode_spans
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
         except Exception:
             return  # another exporter version: FinishedSpans take the ordinary path
-        self._original = original
 
-        def _encode_resource_spans(sdk_spans):
+        def encode_spans(sdk_spans):
             mine = [s for s in sdk_spans if type(s) is FinishedSpan]
             if not mine:
                 return original(sdk_spans)
-            others = [s for s in sdk_spans if type(s) is not FinishedSpan] if len(mine) != len(sdk_spans) else ()
             try:
-                fast = encode_resource_spans(mine)
+                body = encode_request(mine)
             except Exception as exc:
                 _report.warn_once("dask-encode", f"fast span encoding failed, using the standard encoder: {exc!r}")
                 return original(sdk_spans)
-            return (original(others) if others else []) + fast
+            if len(mine) == len(sdk_spans):
+                return ExportTraceServiceRequest.FromString(body)
+            request = original([s for s in sdk_spans if type(s) is not FinishedSpan])
+            request.MergeFromString(body)  # appends these resource_spans
+            return request
 
-        _encode_resource_spans.__wrapped__ = original
-        mod._encode_resource_spans = _encode_resource_spans
+        encode_spans.__wrapped__ = original
+        self._original, self._fast = original, encode_spans
+        for name in self._holders:
+            mod = sys.modules.get(name)
+            if mod is not None and getattr(mod, "encode_spans", None) is original:
+                mod.encode_spans = encode_spans
 
     def uninstall(self) -> None:
         if self._original is None:
             return
-        import importlib
-
-        mod = importlib.import_module(self._module)
-        if getattr(mod._encode_resource_spans, "__wrapped__", None) is self._original:
-            mod._encode_resource_spans = self._original
-        self._original = None
+        for name in self._holders:
+            mod = sys.modules.get(name)
+            if mod is not None and getattr(mod, "encode_spans", None) is self._fast:
+                mod.encode_spans = self._original
+        self._original = self._fast = None
 
 
 encoder_patch = EncoderPatch()

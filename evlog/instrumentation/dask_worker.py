@@ -1,11 +1,13 @@
 """The worker side: one span per execution, one per transfer, structured events.
 
-``Worker.execute`` is wrapped: before the task runs, the span context of its ``dask.execute
-{prefix}`` span (a new span id, child of the client call's span from the task annotation
-``evlog.traceparent``) becomes the current context of the execute coroutine; Dask copies that
-context into the executor thread, so spans the user makes inside the task nest under it. After the
-task, one tuple is recorded; the assembler (dask_spans) builds the span later, with the task's
-other startstops (disk-read, disk-write) as span events, and records ``dask.task.duration``.
+``distributed.worker._run_task`` (what the executor thread runs for each task) is wrapped: while
+the task runs, the span context of its ``dask.execute {prefix}`` span (a new span id, child of the
+client call's span from the task annotation ``evlog.traceparent``) is the current context of that
+thread, so spans the user makes inside the task nest under it. After the task, one tuple is
+recorded; the assembler (dask_spans) builds the span later, with the task's other startstops
+(disk-read, disk-write) as span events, and records ``dask.task.duration``. The worker's event
+loop does no work for it. (Tasks run by a process-pool executor are not traced: they run in
+another process, without the task's key.)
 
 ``Worker.gather_dep`` is wrapped the same way for ``dask.transfer`` spans, in the trace of the task
 that needed the data.
@@ -59,32 +61,37 @@ class WorkerRecorder(WorkerPlugin):
 
     # ---- on the worker's event loop --------------------------------------------------------------
 
-    def begin(self, ts):
-        """The span context of this execution (and its parent) from the task's annotation."""
+    def begin(self, worker, key):
+        """(ts, span context, parent, context token, first startstop of this run) for a task about to
+        run: its execute span becomes the current span, as a child of the client call's span from
+        the task's annotation."""
+        ts = worker.state.tasks[key]
         ann = ts.annotations
         parent = ds.parse_traceparent(ann[ds.CARRIER]) if ann and ds.CARRIER in ann else None
         if parent is not None:
-            trace_id = parent.trace_id
             if not parent.trace_flags.sampled:
-                return None, parent
+                return ts, None, parent, None, 0
+            trace_id = parent.trace_id
         else:
             trace_id = ds.trace_of_group(ts.span_id)
-        return ds.context(trace_id, ds.new_span_id()), parent
+        sc = ds.context(trace_id, ds.new_span_id())
+        token = _attach(set_span_in_context(NonRecordingSpan(sc), _Context()))
+        ss = ts.startstops
+        n0 = len(ss)
+        if n0 and ss[-1].get("action") == "disk-read":
+            n0 -= 1  # appended by this run just before it went to the executor
+        return ts, sc, parent, token, n0
 
-    def executed(self, worker, key, ts, sc, parent, n0, t0, ev) -> None:
-        start = getattr(ev, "start", None)
-        if start is not None:
-            delay = worker.scheduler_delay
-            start, stop = start - delay, ev.stop - delay
-        else:
-            start, stop = t0, _time()
+    def executed(self, worker, key, ts, sc, parent, n0, msg) -> None:
+        delay = worker.scheduler_delay
         err = None
-        text = getattr(ev, "exception_text", None)
-        if text is not None:
-            err = (text, getattr(ev, "traceback_text", None) or "")
-        elif not hasattr(ev, "value"):
-            err = ("rescheduled", "")  # RescheduleEvent: the task asked to run elsewhere
-        self._append((0, key, ts, sc, parent, n0, start, stop, worker.threads.get(key), err))
+        if msg.get("op") != "task-finished":
+            exc = msg.get("actual_exception")
+            if type(exc).__name__ == "Reschedule":
+                err = ("rescheduled", "")  # the task asked to run elsewhere
+            else:
+                err = (str(msg.get("exception_text") or "error"), str(msg.get("traceback_text") or ""))
+        self._append((0, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay, msg.get("thread"), err))
 
     def transferred(self, worker, source, keys, nbytes, t0, t1, ev) -> None:
         ok = type(ev).__name__ == "GatherDepSuccessEvent"
@@ -111,7 +118,10 @@ class WorkerRecorder(WorkerPlugin):
             pop = log.popleft
             out = []
             res = ds.resource()
-            for _ in range(len(log)):
+            pause = ds.pacer()
+            for i in range(len(log)):
+                if not i & 7:
+                    pause()
                 item = pop()
                 try:
                     span = self._execution(item, res) if item[0] == 0 else self._transfer(item, res)
@@ -217,32 +227,61 @@ def _observe_transfer_bytes(options):
 
 # ---- wrappers (installed by DaskInstrumentor) ---------------------------------------------------
 
-async def execute(wrapped, instance, args, kwargs):
-    """Worker.execute: the task runs with its execute span as the current span."""
-    rec = instance.plugins.get(NAME)
-    token = None
-    if rec is not None:
-        try:
-            key = args[0] if args else kwargs["key"]
-            ts = instance.state.tasks[key]
-            sc, parent = rec.begin(ts)
-            if sc is not None:
-                token = _attach(set_span_in_context(NonRecordingSpan(sc), _Context()))
-            n0, t0 = len(ts.startstops), _time()
-        except Exception as exc:
-            _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
-            rec = None
+def run_task(wrapped, instance, args, kwargs):
+    """distributed.worker._run_task, in the executor thread that runs the task: the task runs with
+    its execute span as the current span (so user spans nest under it); one tuple is kept after.
+    Nothing runs on the worker's event loop."""
     try:
-        ev = await wrapped(*args, **kwargs)
+        key, worker = args[3], args[2]["worker"]
+        rec = worker.plugins.get(NAME)
+    except Exception:
+        rec = None
+    if rec is None:
+        return wrapped(*args, **kwargs)
+    try:
+        ts, sc, parent, token, n0 = rec.begin(worker, key)
+    except Exception as exc:
+        _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
+        return wrapped(*args, **kwargs)
+    try:
+        msg = wrapped(*args, **kwargs)
     finally:
         if token is not None:
             _detach(token)
-    if rec is not None:
-        try:
-            rec.executed(instance, key, ts, sc, parent, n0, t0, ev)
-        except Exception as exc:
-            _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
-    return ev
+    try:
+        rec.executed(worker, key, ts, sc, parent, n0, msg)
+    except Exception as exc:
+        _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
+    return msg
+
+
+async def run_task_async(wrapped, instance, args, kwargs):
+    """distributed.worker._run_task_async (tasks that are coroutines), as run_task."""
+    try:
+        from distributed.worker import get_worker
+
+        worker = get_worker()
+        key = args[0].key
+        rec = worker.plugins.get(NAME)
+    except Exception:
+        rec = None
+    if rec is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        ts, sc, parent, token, n0 = rec.begin(worker, key)
+    except Exception as exc:
+        _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
+        return await wrapped(*args, **kwargs)
+    try:
+        msg = await wrapped(*args, **kwargs)
+    finally:
+        if token is not None:
+            _detach(token)
+    try:
+        rec.executed(worker, key, ts, sc, parent, n0, msg)
+    except Exception as exc:
+        _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
+    return msg
 
 
 async def gather_dep(wrapped, instance, args, kwargs):
