@@ -460,8 +460,10 @@ class Emitter:
         if route:
             route()  # SDK warnings -> one evlog line each, as in every other process
 
+        defaults = getattr(sdk, "_DEFAULTS", {})  # the same defaults as every other process of the run
+
         def default(var: str, value: int):
-            return None if os.environ.get(var) else value
+            return None if os.environ.get(var) else defaults.get(var, value)
 
         resource = Resource(cfg.get("resource") or {})
         lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
@@ -470,7 +472,7 @@ class Emitter:
             if make:
                 lp.add_log_record_processor(BatchLogRecordProcessor(
                     exporters.managed_log_exporter(make),
-                    max_queue_size=default("OTEL_BLRP_MAX_QUEUE_SIZE", 32768),
+                    max_queue_size=default("OTEL_BLRP_MAX_QUEUE_SIZE", 8192),
                     schedule_delay_millis=default("OTEL_BLRP_SCHEDULE_DELAY", 1000)))
         readers = []
         for kind in settings.exporters.metrics:
