@@ -27,6 +27,7 @@ import asyncio
 import collections
 import concurrent.futures
 import json
+import re
 import socket
 import threading
 import zlib
@@ -39,6 +40,8 @@ __all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY"]
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
 _PROTOBUF = "application/x-protobuf"
+# a surrogate spelled as a JSON escape, or encoded in the bytes (json.loads lets both through)
+_SURROGATE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]").search
 _JSON = "application/json"
 
 _SERVICES = {
@@ -436,8 +439,14 @@ class OTLPReceiver:
         if fmt == "json":
             try:
                 request = json.loads(body)
-            except (ValueError, UnicodeDecodeError) as e:
+            except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: nested too deep
                 raise _Reject(400, "INVALID_ARGUMENT", f"malformed JSON body: {e}") from None
+            if _SURROGATE(body):  # JSON can spell what Unicode cannot: a lone surrogate is not text
+                try:
+                    json.dumps(request, ensure_ascii=False).encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _Reject(400, "INVALID_ARGUMENT",
+                                  "malformed JSON body: a string holds a lone surrogate (U+D800..U+DFFF)") from None
             try:
                 rows = decode(signal, request)
             except DecodeError as e:
