@@ -101,18 +101,23 @@ _hex16 = re.compile(r"[0-9a-fA-F]{16}").fullmatch
 # scalar fields of the JSON form
 
 
+_INT_MIN, _UINT_MAX = -(1 << 63), (1 << 64) - 1  # the 64-bit fields: int64 and uint64 / fixed64
+
+
 def _int(v: Any, field: str) -> int:
     t = type(v)
     if t is str:
         try:
-            return int(v)
+            v = int(v)
         except ValueError:
             raise DecodeError(f"{field}: not an integer: {v[:40]!r}") from None
-    if t is int:
+    elif t is float and v.is_integer():
+        v = int(v)
+    elif t is not int:
+        raise DecodeError(f"{field}: expected an integer (number or string), got {_tname(v)}")
+    if _INT_MIN <= v <= _UINT_MAX:
         return v
-    if t is float and v.is_integer():
-        return int(v)
-    raise DecodeError(f"{field}: expected an integer (number or string), got {_tname(v)}")
+    raise DecodeError(f"{field}: {str(v)[:40]} is out of the 64-bit range")
 
 
 def _float(v: Any, field: str) -> float:
@@ -427,11 +432,11 @@ def _log(lr: Any, resource: dict, scope: str) -> dict:
         raise DecodeError(f"expected a log record object, got {_tname(lr)}")
     g = lr.get
     sev = g("severityNumber", 0)
-    if type(sev) is not int:
+    if type(sev) is not int or not -(1 << 31) <= sev < (1 << 31):  # an enum: int32
         if type(sev) is str and sev in _SEVERITY_NAMES:
             sev = _SEVERITY_NAMES[sev]
         else:
-            raise DecodeError(f"severityNumber: unknown value {_shown(sev)}")
+            raise DecodeError(f"severityNumber: unknown value {_shown(sev) if type(sev) is not int else sev}")
     return {
         "time": _int(g("timeUnixNano", 0), "timeUnixNano"),
         "observed_time": _int(g("observedTimeUnixNano", 0), "observedTimeUnixNano"),

@@ -177,6 +177,15 @@ class StoreError(Exception):
     """The database cannot be used; the message names the file and says why."""
 
 
+_I64_MAX = (1 << 63) - 1
+
+
+def _u64(v: Any) -> Any:
+    """A uint64 (a time, a count) as SQLite's signed 64-bit INTEGER can hold it: values past 2**63 - 1,
+    which no clock or counter reaches but a request may carry, are stored as 2**63 - 1."""
+    return _I64_MAX if v is not None and v > _I64_MAX else v
+
+
 def _default(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray, memoryview)):
         return bytes(v).hex()
@@ -350,7 +359,8 @@ class Store:
             cur = self.conn.execute(
                 "INSERT INTO processes (rkey, label, service, role, pid, host, worker, resource) "
                 "VALUES (?,?,?,?,?,?,?,?)",
-                (rkey, label, service, role, ppid if isinstance(ppid, int) else None, host, str(worker), rkey))
+                (rkey, label, service, role, ppid if type(ppid) is int and abs(ppid) <= _I64_MAX else None,
+                 host, str(worker), rkey))
             pid = cur.lastrowid
             self._proc_ids[rkey] = pid
             self._proc_worker[pid] = str(worker)
@@ -368,7 +378,7 @@ class Store:
             events = r["events"]
             links = r["links"]
             append((
-                r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], r["start"], r["end"],
+                r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], _u64(r["start"]), _u64(r["end"]),
                 r["status_code"], r["status_message"], key, prefix, cat, worker, thread, pid, len(events), deps,
                 _dumps(a) if a else "{}", _dumps(events) if events else "[]",
                 _dumps(links) if links else "[]", None, None, r["scope"],
@@ -386,6 +396,7 @@ class Store:
         pb_any = otlp_decode._pb_any
         sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
         pool_prefixes = _POOL_PREFIXES
+        u64 = _u64
         idx = -1
         for rs in message.resource_spans:
             pid = self._process_pb(rs.resource)
@@ -425,7 +436,7 @@ class Store:
                     st = sp.status
                     append((
                         sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), name, kinds[sp.kind],
-                        sp.start_time_unix_nano, sp.end_time_unix_nano, codes[st.code], st.message, key, prefix,
+                        u64(sp.start_time_unix_nano), u64(sp.end_time_unix_nano), codes[st.code], st.message, key, prefix,
                         cat, worker, thread, pid, len(sp.events), deps, None, None, None, req, idx, scope,
                     ))
 
@@ -452,7 +463,7 @@ class Store:
             t = r["time"] or r["observed_time"]
             body = r["body"]
             append((
-                t, r["observed_time"], r["severity_number"], r["severity_text"], r["event_name"] or "",
+                _u64(t), _u64(r["observed_time"]), r["severity_number"], r["severity_text"], r["event_name"] or "",
                 None if topic is None else str(topic), None if key is None else str(key),
                 None if body is None else _dumps(body), _dumps(a) if a else "{}", r["trace_id"],
                 r["span_id"], self._process(r["resource"], memo), r["scope"],
@@ -468,8 +479,8 @@ class Store:
                                 "monotonic": r["monotonic"], "temporality": r["temporality"]})
             value = r["value"]
             append((
-                r["name"], r["unit"], r["kind"], r["time"], r["start"],
-                None if value is None else float(value), r["count"], r["sum"], r["min"], r["max"],
+                r["name"], r["unit"], r["kind"], _u64(r["time"]), _u64(r["start"]),
+                None if value is None else float(value), _u64(r["count"]), r["sum"], r["min"], r["max"],
                 _dumps(a) if a else "{}", extra, self._process(r["resource"], memo), r["scope"],
             ))
 
