@@ -148,8 +148,9 @@ def _any_value(v: Any, depth: int) -> Any:
 
 # ---- transitions -------------------------------------------------------------------------------
 
-def record_transitions(items: Iterable[Transition]) -> None:
-    """Keep scheduler transitions (called in batches by the Dask instrumentation)."""
+def record_transitions(items: Iterable[tuple]) -> None:
+    """Keep scheduler transitions, (key, start, finish, stimulus_id, worker, time) tuples (called in
+    batches by the Dask instrumentation; plain tuples, made Transitions when read)."""
     _transitions.extend(items)  # deque.extend is atomic under the GIL
 
 
@@ -167,7 +168,7 @@ def story(*keys_or_stimuli: Any) -> list[Transition]:
         except TypeError:  # an unhashable key (a list): compare as text
             pass
         wanted.add(str(k))
-    out = [t for t in list(_transitions) if t.key in wanted or t.stimulus_id in wanted or str(t.key) in wanted]
+    out = [Transition._make(t) for t in list(_transitions) if t[0] in wanted or t[3] in wanted or str(t[0]) in wanted]
     out.sort(key=lambda t: t.time)
     return out
 

@@ -40,8 +40,6 @@ from . import dask_spans as ds
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
-_Transition = events.Transition
-_new = tuple.__new__
 _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
@@ -194,7 +192,7 @@ class SchedulerRecorder(SchedulerPlugin):
                 w = life.worker  # the worker it leaves (released, died, stolen)
             else:
                 w = None
-            tr = _new(_Transition, (key, start, finish, stim, w, t))
+            tr = (key, start, finish, stim, w, t)  # an evlog.events.Transition, as a plain tuple
             life.trans.append(tr)
             story.append(tr)
             if life.end is None and finish in TERMINAL:
