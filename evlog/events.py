@@ -49,6 +49,7 @@ _transitions: deque = deque(maxlen=TRANSITIONS)
 _lock = threading.Lock()
 _flushers: list[Callable[[], None]] = []  # called before a read: push out what is still buffered
 _logger = None
+_body = None
 
 
 # ---- structured events -------------------------------------------------------------------------
@@ -85,15 +86,19 @@ def get_events(topic: str | None = None):
 
 def emit(event_name: str, topic_attribute: str, topic: str, msg: Any, attributes: dict | None = None) -> None:
     """Emit one OTel event (a log record with ``event_name``) in the current context."""
-    global _logger
+    global _logger, _body
     if _logger is None:
         from opentelemetry._logs import get_logger
 
-        _logger = get_logger("evlog.events")
+        from evlog.bridge.convert import body
+
+        _logger, _body = get_logger("evlog.events"), body
     attrs = {topic_attribute: str(topic)}
     if attributes:
         attrs.update(attributes)
-    _logger.emit(event_name=event_name, body=any_value(msg), attributes=attrs)
+    # Dask messages hold sets, tuples, numpy numbers and objects: made an OTel AnyValue as the
+    # bridge makes event metadata (one value the exporter cannot encode would lose its whole batch)
+    _logger.emit(event_name=event_name, body=_body(msg), attributes=attrs)
     stats.incr("events")
 
 
@@ -101,49 +106,6 @@ def _topics(topic) -> list[str]:
     if isinstance(topic, str):
         return [topic]
     return [str(t) for t in topic]
-
-
-def any_value(v: Any, depth: int = 0) -> Any:
-    """``v`` as an OTel AnyValue (str, bool, int64, float, bytes, lists, str-keyed maps).
-
-    Dask messages hold sets, tuples, numpy numbers and other objects; one value the exporter cannot
-    encode would lose the whole batch, so anything else becomes its repr. A value whose conversion
-    raises (a mapping whose items() fails, a repr() that raises) becomes text too, never an error.
-    """
-    try:
-        return _any_value(v, depth)
-    except Exception:
-        return _text(v)
-
-
-def _text(v: Any) -> str:
-    for fn in (repr, str):
-        try:
-            return fn(v)
-        except Exception:
-            pass
-    return f"<{type(v).__name__}>"
-
-
-def _any_value(v: Any, depth: int) -> Any:
-    if v is None or isinstance(v, (str, bool, float, bytes)):
-        return v
-    if isinstance(v, int):
-        return v if -(1 << 63) <= v < (1 << 63) else str(v)
-    if depth > 8:
-        return repr(v)
-    if isinstance(v, dict):
-        return {str(k): any_value(x, depth + 1) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [any_value(x, depth + 1) for x in v]
-    if isinstance(v, (set, frozenset)):
-        items = [any_value(x, depth + 1) for x in v]
-        try:
-            items.sort()
-        except TypeError:
-            pass
-        return items
-    return repr(v)
 
 
 # ---- transitions -------------------------------------------------------------------------------
