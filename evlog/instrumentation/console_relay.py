@@ -318,6 +318,7 @@ class Processor:
                 msg = b""
             kind = msg[:1]
             if kind == b"d":
+                self._wait_for_room()
                 name, ctx, t = self.names[int(msg[1:2])], msg[2:52], int(msg[52:72])
                 self._emit(self.parser.feed(name, msg[72:]), ctx, t)
                 idle_flushed = False
@@ -338,6 +339,13 @@ class Processor:
                     self.emitter.shutdown(self.exit_timeout)
                 self._ack()  # or, if the program already had it, a stats line for the rest
                 return
+
+    def _wait_for_room(self) -> None:
+        """Never emit more than the SDK's queue holds (it would drop records uncounted): wait for
+        the exporter instead; meanwhile the socket fills and the reader drops, counted."""
+        e = self.emitter
+        while e is not None and e.backlog() > e.room:
+            time.sleep(0.01)
 
     def _emit(self, records: list, ctx_hex, t: int) -> None:
         if not records:
@@ -467,11 +475,20 @@ class Emitter:
 
         resource = Resource(cfg.get("resource") or {})
         lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
+        try:
+            queue = int(os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") or defaults.get("OTEL_BLRP_MAX_QUEUE_SIZE", 2048))
+        except ValueError:
+            queue = 2048
+        self.room = max(64, queue * 3 // 4)  # records in flight before the processor waits
+        self.emitted = 0
+        self._exported: list = []  # one [count] per exporter: records it was handed
         for kind in settings.exporters.logs:
             make = exporters.factory("logs", kind, settings)
             if make:
+                cell = [0]
+                self._exported.append(cell)
                 lp.add_log_record_processor(BatchLogRecordProcessor(
-                    exporters.managed_log_exporter(make),
+                    _counting(exporters.managed_log_exporter(make), cell),
                     max_queue_size=default("OTEL_BLRP_MAX_QUEUE_SIZE", 8192),
                     schedule_delay_millis=default("OTEL_BLRP_SCHEDULE_DELAY", 1000)))
         readers = []
@@ -491,8 +508,13 @@ class Emitter:
         self._stdout = {"evlog.stream": "stdout"}
         self._stderr = {"evlog.stream": "stderr"}
 
+    def backlog(self) -> int:
+        """Records emitted and not yet handed to the slowest exporter (the SDK queue's length)."""
+        return self.emitted - min((c[0] for c in self._exported), default=self.emitted)
+
     def emit(self, records: list, ctx, t: int) -> None:
         emit = self.logger.emit
+        self.emitted += sum(1 for r in records if r.kind != cp.WARNING)
         for r in records:
             kind = r.kind
             attrs = self._stdout if r.stream == "stdout" else self._stderr
@@ -538,6 +560,26 @@ class Emitter:
     def shutdown(self, timeout_s: float) -> None:
         self.flush(timeout_s)
         _bounded(lambda: [p.shutdown() for p in self.providers], 1.0)
+
+
+def _counting(exporter, cell: list):
+    """``exporter``, counting into ``cell`` the records it is handed (exported or not)."""
+    from opentelemetry.sdk._logs.export import LogRecordExporter
+
+    class Counting(LogRecordExporter):
+        def export(self, batch):
+            try:
+                return exporter.export(batch)
+            finally:
+                cell[0] += len(batch)
+
+        def shutdown(self):
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    return Counting()
 
 
 def metric_name(key: str) -> str:
