@@ -461,6 +461,50 @@ def test_an_error_inside_evlogs_hooks_is_reported_once_and_the_cluster_carries_o
                            and any(r["event_name"] == "dask.log_event" for r in otlp_receiver.logs()))
 
 
+SWITCH_APP = r'''
+import json, sys
+import evlog
+evlog.configure(run_dir=sys.argv[1], consumers="none")
+import distributed, distributed.worker
+from distributed import Client, LocalCluster
+from evlog.bootstrap import boot
+
+def inc(x):
+    return x + 1
+
+def run(tag):
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        return client.gather(client.map(inc, range(5), key=[f"{tag}-{i}" for i in range(5)]))
+
+def patched():
+    return [hasattr(f, "__wrapped__") for f in (distributed.Client.submit, distributed.scheduler.Scheduler.__init__,
+                                                 distributed.worker._run_task)]
+
+dask_inst = boot.active_instrumentors()["dask"]
+out = {"on": run("on"), "patched_on": patched()}
+dask_inst.uninstrument(); dask_inst.uninstrument()
+out.update(off=run("off"), patched_off=patched())
+dask_inst.instrument(); dask_inst.instrument()
+out.update(again=run("again"), patched_again=patched())
+print(json.dumps(out))
+'''
+
+
+def test_uninstrument_restores_dask_and_instrument_again_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([PYTHON, _write(tmp_path, "app.py", SWITCH_APP), str(run_dir)], env=evlog_env(),
+                          capture_output=True, timeout=120)
+    out = _output(proc)
+    assert out["on"] == out["off"] == out["again"] == [1, 2, 3, 4, 5]
+    assert out["patched_on"] == out["patched_again"] == [True, True, True] and out["patched_off"] == [False] * 3
+    spans = read_run_folder(str(run_dir))["spans"]
+    keys = {(s["name"].split(" ")[0], s["attributes"].get("dask.task.key", "").split("-")[0]) for s in spans}
+    for phase in ("on", "again"):
+        assert ("dask.task", phase) in keys and ("dask.execute", phase) in keys
+    assert not {k for k in keys if k[1] == "off"}
+
+
 # ---- the fast OTLP path ---------------------------------------------------------------------------
 
 def test_fast_span_encoding_matches_the_standard_otlp_encoder():

@@ -88,15 +88,18 @@ class SchedulerRecorder(SchedulerPlugin):
     # ---- the hot path: one tuple per transition ------------------------------------------------
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kw):
-        ts = self._tasks.get(key)
-        if finish == "processing":
-            extra = ts.processing_on if ts is not None else None
-        elif finish == "memory" or finish == "erred":
-            deps = ts.dependencies if ts is not None else None
-            extra = (kw, [d.key for d in deps] if deps else None)
-        else:
-            extra = kw or None
-        self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
+        try:
+            ts = self._tasks.get(key)
+            if finish == "processing":
+                extra = ts.processing_on if ts is not None else None
+            elif finish == "memory" or finish == "erred":
+                deps = ts.dependencies if ts is not None else None  # gone once forgotten: kept now
+                extra = (kw, [d.key for d in deps] if deps else None)
+            else:
+                extra = kw or None
+            self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
+        except Exception as exc:  # never Dask's problem
+            _report.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")
 
     # ---- other hooks -----------------------------------------------------------------------------
 
@@ -254,6 +257,8 @@ class SchedulerRecorder(SchedulerPlugin):
         prefix = ts.prefix.name if ts is not None else "unknown"
         name = self._names.get(prefix)
         if name is None:
+            if len(self._names) > 4096:
+                self._names.clear()
             name = self._names[prefix] = f"dask.task {prefix}"
         attrs = {
             "dask.task.key": key if type(key) is str else str(key),
@@ -266,7 +271,7 @@ class SchedulerRecorder(SchedulerPlugin):
         if ts is not None:
             if ts.nbytes is not None and ts.nbytes >= 0:
                 attrs["dask.task.nbytes"] = ts.nbytes
-            deps = life.deps or [d.key for d in ts.dependencies]
+            deps = life.deps or [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
             if deps:
                 attrs["dask.task.dependencies"] = [d if type(d) is str else str(d) for d in deps]
             if ts.suspicious:

@@ -140,6 +140,8 @@ class WorkerRecorder(WorkerPlugin):
             return None  # not sampled
         name = self._names.get(prefix)
         if name is None:
+            if len(self._names) > 4096:
+                self._names.clear()
             name = self._names[prefix] = f"dask.execute {prefix}"
         attrs = {
             "dask.task.key": key if type(key) is str else str(key),
@@ -234,7 +236,8 @@ def run_task(wrapped, instance, args, kwargs):
     try:
         key, worker = args[3], args[2]["worker"]
         rec = worker.plugins.get(NAME)
-    except Exception:
+    except Exception as exc:  # another Dask version's _run_task
+        _report.warn_once("dask-run-task", f"Dask tasks run without their execute spans: {exc!r}")
         rec = None
     if rec is None:
         return wrapped(*args, **kwargs)
@@ -263,7 +266,8 @@ async def run_task_async(wrapped, instance, args, kwargs):
         worker = get_worker()
         key = args[0].key
         rec = worker.plugins.get(NAME)
-    except Exception:
+    except Exception as exc:
+        _report.warn_once("dask-run-task", f"Dask tasks run without their execute spans: {exc!r}")
         rec = None
     if rec is None:
         return await wrapped(*args, **kwargs)
