@@ -41,6 +41,7 @@ from . import dask_spans as ds
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
+_parsed = ds._parsed  # traceparent -> parent SpanContext
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
 
@@ -218,7 +219,7 @@ class SchedulerRecorder(SchedulerPlugin):
         return out
 
     def _emit(self, life: _Life, out: list) -> None:
-        if life.emitted or not life.trans:
+        if life.emitted or not life.trans or life.ts is None:
             return
         life.emitted = True
         if self._only_released(life):
@@ -245,16 +246,18 @@ class SchedulerRecorder(SchedulerPlugin):
 
     def _span(self, life: _Life):
         ts = life.ts
-        ann = ts.annotations if ts is not None else None
-        parent = ds.parse_traceparent(ann[ds.CARRIER]) if ann and ds.CARRIER in ann else None
+        tg = ts.group
+        ann = ts.annotations
+        tp = ann.get(ds.CARRIER) if ann else None
+        parent = (_parsed.get(tp) or ds.parse_traceparent(tp)) if tp is not None else None
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return None
-            trace_id = parent.trace_id
+            trace_id = parent[0]
         else:
-            trace_id = ds.trace_of_group(getattr(ts.group, "span_id", None) if ts is not None else None)
+            trace_id = ds.trace_of_group(tg.span_id)
         key = life.key
-        prefix = ts.prefix.name if ts is not None else "unknown"
+        prefix = tg.prefix.name
         name = self._names.get(prefix)
         if name is None:
             if len(self._names) > 4096:
@@ -263,19 +266,18 @@ class SchedulerRecorder(SchedulerPlugin):
         attrs = {
             "dask.task.key": key if type(key) is str else str(key),
             "dask.task.prefix": prefix,
-            "dask.task.group": ts.group.name if ts is not None else prefix,
-            "dask.task.state": life.state or (ts.state if ts is not None else "unknown"),
+            "dask.task.group": tg.name,
+            "dask.task.state": life.state or ts.state,
         }
         if life.worker:
             attrs["dask.worker.address"] = life.worker
-        if ts is not None:
-            if ts.nbytes is not None and ts.nbytes >= 0:
-                attrs["dask.task.nbytes"] = ts.nbytes
-            deps = life.deps or [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
-            if deps:
-                attrs["dask.task.dependencies"] = [d if type(d) is str else str(d) for d in deps]
-            if ts.suspicious:
-                attrs["dask.task.suspicious"] = ts.suspicious
+        if ts.nbytes is not None and ts.nbytes >= 0:
+            attrs["dask.task.nbytes"] = ts.nbytes
+        deps = life.deps or [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
+        if deps:
+            attrs["dask.task.dependencies"] = [d if type(d) is str else str(d) for d in deps]
+        if ts.suspicious:
+            attrs["dask.task.suspicious"] = ts.suspicious
         removed = self._removed
         if removed:
             lost = [removed[t[3]] for t in life.trans if t[3] in removed and t[4] == removed[t[3]]]

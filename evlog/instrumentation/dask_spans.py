@@ -27,7 +27,7 @@ from typing import Callable
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from evlog import __version__, _report, stats
 
@@ -37,6 +37,7 @@ SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 UNSET = Status(StatusCode.UNSET)
 CARRIER = "evlog.traceparent"  # the task annotation that carries the trace context
 _getrandbits = random.getrandbits
+_tuple_new = tuple.__new__
 
 # ---- spans --------------------------------------------------------------------------------------
 
@@ -94,7 +95,9 @@ def new_trace_id() -> int:
 
 
 def context(trace_id: int, span_id: int) -> SpanContext:
-    return SpanContext(trace_id, span_id, False, SAMPLED)
+    """A sampled local SpanContext; made as SpanContext.__new__ makes it, without re-checking ids
+    that are valid by construction (one per span, so it counts)."""
+    return _tuple_new(SpanContext, (trace_id, span_id, False, SAMPLED, DEFAULT_TRACE_STATE, True))
 
 
 # ---- parents: the carrier -----------------------------------------------------------------------
@@ -421,17 +424,17 @@ _head_cache: dict = {}  # (trace id, parent span id) -> their two fields
 
 
 def _head(ctx, parent) -> bytes:
-    """trace_id and parent_span_id fields (the same for every span of one client call)."""
+    """trace_id and parent_span_id fields (the same for every span of one client call).
+    SpanContexts are tuples: [0] trace id, [1] span id, [2] is remote."""
     if parent is not None:
-        k = (ctx.trace_id, parent.span_id)
+        k = (ctx[0], parent[1])
         b = _head_cache.get(k)
         if b is None:
             if len(_head_cache) > 1024:
                 _head_cache.clear()
-            b = _head_cache[k] = (b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big")
-                                  + b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+            b = _head_cache[k] = b"\x0a\x10" + ctx[0].to_bytes(16, "big") + b"\x22\x08" + parent[1].to_bytes(8, "big")
         return b
-    return b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big")
+    return b"\x0a\x10" + ctx[0].to_bytes(16, "big")
 
 
 _name_cache: dict = {}
@@ -446,7 +449,7 @@ def _span_bytes(s: FinishedSpan, stims: dict) -> bytes:
         if len(_name_cache) > 4096:
             _name_cache.clear()
         name = _name_cache[s._name] = _str(b"\x2a", s._name)
-    parts = [_head(ctx, parent), b"\x12\x08", ctx.span_id.to_bytes(8, "big"), name, _KIND[s._kind]]
+    parts = [_head(ctx, parent), b"\x12\x08", ctx[1].to_bytes(8, "big"), name, _KIND[s._kind]]
     parts.append(b"\x39" + _pack_q(s._start_time) + b"\x41" + _pack_q(s._end_time))
     _attr_fields(b"\x4a", s._attributes, parts)
     if s.transitions:
@@ -470,7 +473,7 @@ def _span_bytes(s: FinishedSpan, stims: dict) -> bytes:
     else:
         body = (_str(b"\x12", st.description) if st.description else b"") + b"\x18" + _LEN[st.status_code.value]
         parts.append(_ld(b"\x7a", body))
-    parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+    parts.append(_FLAGS_REMOTE if parent is not None and parent[2] else _FLAGS_LOCAL)
     return b"".join(parts)
 
 
