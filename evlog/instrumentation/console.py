@@ -33,10 +33,13 @@ _hooked_pid = -1  # the process whose exit hook, span processor and fork hook ar
 # The relay: its path is evlog, its own standard library, then the program's other entries (no
 # current or script directory: a user's "select.py" must not shadow the standard library there);
 # console_relay.py runs as a plain file, so reading starts before the evlog package is imported.
+# Its code comes from the bytecode this process cached when it imported console_relay, if fresh.
 _BOOT = ("import sys;c=eval(sys.argv[1],{'__builtins__':{}});std=[p for p in sys.path if p];"
          "sys.path[:]=c['path'][:1]+std+[p for p in c['path'][1:] if p not in std];"
-         "g={'__name__':'evlog_console_relay'};exec(compile(open(c['relay']).read(),c['relay'],'exec'),g);"
-         "g['main'](c)")
+         "import marshal;f=c['code'];b=open(f,'rb').read();"
+         "k=marshal.loads(b[16:]) if f.endswith('.pyc') else compile(b,f,'exec');"
+         "g={'__name__':'evlog_console_relay'};exec(k,g);g['main'](c)")
+READY_S = 2.0  # how long install() waits for the relay's reader to start
 _PIPE_SIZE = 1 << 18  # 4x the default; more would eat the per-user pipe-buffer budget (64 MiB soft)
 
 
@@ -109,11 +112,21 @@ class _Capture:
             if not self.streams:
                 return False
             self.ack, ack_w = (_high(x) for x in os.pipe())
+            ready_r, ready_w = (_high(x) for x in os.pipe())
             try:
-                self.procs = self._spawn(ack_w)
+                self.procs = self._spawn(ack_w, ready_w)
             finally:
                 os.close(ack_w)
+                os.close(ready_w)
+            try:
+                ready = _wait_ready(ready_r)
+            finally:
+                os.close(ready_r)
+            if ready is False:
+                raise RuntimeError("the console relay did not start")
         except BaseException:
+            for p in self.procs:
+                p.kill()
             self._close_all()
             raise
         for s in self.streams:
@@ -146,7 +159,7 @@ class _Capture:
             pass
         return s
 
-    def _spawn(self, ack_w: int) -> list:
+    def _spawn(self, ack_w: int, ready_w: int) -> list:
         """Start the relay's processor, then its reader (see console_relay.py)."""
         import _socket
 
@@ -157,7 +170,7 @@ class _Capture:
         to_reader, to_processor = (_high(x.detach()) for x in _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
         cfg = {
             "path": [root] + [p for p in sys.path if p and p != root and os.path.abspath(p) != script],
-            "relay": relay.__file__,
+            "code": _relay_code(),
             "streams": [{"name": s.name, "fd": s.read, "out": s.fd, "pty": s.pty} for s in self.streams],
             "token": self.token,
             "mode": self.settings.capture,
@@ -177,9 +190,9 @@ class _Capture:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=by_fd.get(2),
                 pass_fds=[to_processor, ack_w], close_fds=True))
             procs.append(subprocess.Popen(
-                argv + [repr({**cfg, "role": "reader", "sock_fd": to_reader})],
+                argv + [repr({**cfg, "role": "reader", "sock_fd": to_reader, "ready_fd": ready_w})],
                 stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
-                pass_fds=[s.read for s in self.streams] + [to_reader], close_fds=True))
+                pass_fds=[s.read for s in self.streams] + [to_reader, ready_w], close_fds=True))
         except BaseException:
             for p in procs:
                 p.kill()
@@ -382,6 +395,18 @@ def _same_file(a: int, b: int) -> bool:
     return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
 
 
+def _wait_ready(fd: int) -> bool | None:
+    """Wait (bounded) until the relay's reader reads: output written before would only fill the
+    pipe and hold the program. True: ready; False: it died; None: not yet (capture goes on)."""
+    while True:
+        try:
+            if not select.select([fd], [], [], READY_S)[0]:
+                return None
+            return os.read(fd, 1) == b"r"
+        except InterruptedError:
+            continue
+
+
 def _read_ack(fd: int, timeout_s: float) -> dict | None:
     if fd < 0:
         return None
@@ -407,6 +432,22 @@ def _read_ack(fd: int, timeout_s: float) -> dict | None:
         return value if isinstance(value, dict) else None
     except ValueError:
         return None
+
+
+def _relay_code() -> str:
+    """console_relay's cached bytecode if it is at least as new as its source, else the source."""
+    source, cached = relay.__file__, getattr(relay, "__cached__", None)
+    try:
+        if cached and os.stat(cached).st_mtime >= os.stat(source).st_mtime:
+            with open(cached, "rb") as fh:
+                head = fh.read(16)
+            import importlib.util
+
+            if head[:4] == importlib.util.MAGIC_NUMBER:
+                return cached
+    except OSError:
+        pass
+    return source
 
 
 def _resource() -> dict:

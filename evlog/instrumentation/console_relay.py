@@ -142,12 +142,19 @@ class Reader:
         except OSError:
             pass
         self.exit_sent = False
+        self.ready_fd = cfg.get("ready_fd")
 
     def run(self) -> None:
         by_fd = {s.fd: s for s in self.streams}
         poller = select.poll()
         for s in self.streams:
             poller.register(s.fd, select.POLLIN)
+        if self.ready_fd is not None:  # the program waits for this before it writes to us
+            try:
+                os.write(self.ready_fd, b"r")
+                os.close(self.ready_fd)
+            except OSError:
+                pass
         done = 0.0
         while any(s.open for s in self.streams):
             events = poller.poll()
@@ -290,11 +297,10 @@ class Processor:
     def __init__(self, cfg: dict):
         import _socket
 
-        _load()
         self.cfg = cfg
         self.names = [spec["name"] for spec in cfg["streams"]]
         self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, cfg["sock_fd"])
-        self.parser = cp.ConsoleParser(cfg.get("mode", "metadata"), _redactor(cfg.get("redact", ())))
+        self._parser = None  # made with the first message to parse: a quiet program's exit is quick
         self.ack_fd = cfg.get("ack_fd")
         self.acked = False
         self.exit_timeout = float(cfg.get("exit_timeout", 5))
@@ -302,11 +308,18 @@ class Processor:
         self._emitter_failed = False
         self._contexts: dict = {}
 
+    @property
+    def parser(self):
+        if self._parser is None:
+            _load()
+            self._parser = cp.ConsoleParser(self.cfg.get("mode", "metadata"), _redactor(self.cfg.get("redact", ())))
+        return self._parser
+
     def run(self) -> None:
         idle_flushed = True
         while True:
             if not select.select([self.sock], [], [], IDLE_S)[0]:
-                if not idle_flushed:
+                if not idle_flushed and self._parser is not None:
                     self._emit(self.parser.flush(), None, time.time_ns())  # pending repeat notices
                     idle_flushed = True
                 continue
@@ -327,14 +340,17 @@ class Processor:
                 self.parser.discard(self.names[int(msg[1:2])], int(lost), partial == b"1")
                 idle_flushed = False
             elif kind == b"e":
-                self._emit(self.parser.close(self.names[int(msg[1:2])]), None, time.time_ns())
+                if self._parser is not None:
+                    self._emit(self.parser.close(self.names[int(msg[1:2])]), None, time.time_ns())
             elif kind == b"x":
-                self._emit(self.parser.flush(partial=True), None, time.time_ns())
+                if self._parser is not None:
+                    self._emit(self.parser.flush(partial=True), None, time.time_ns())
                 if self.emitter:
                     self.emitter.flush(self.exit_timeout)
                 self._ack()
             else:  # b"z" or end of file: every stream is closed
-                self._emit(self.parser.flush(partial=True), None, time.time_ns())
+                if self._parser is not None:
+                    self._emit(self.parser.flush(partial=True), None, time.time_ns())
                 if self.emitter:
                     self.emitter.shutdown(self.exit_timeout)
                 self._ack()  # or, if the program already had it, a stats line for the rest
@@ -388,8 +404,9 @@ class Processor:
         """Tell the program its output is exported (with this relay's counters for its summary)."""
         import json
 
-        counters = dict(stats.counters)
-        stats.reset()
+        counters = dict(stats.counters) if stats else {}
+        if stats:
+            stats.reset()
         if self.ack_fd is None or self.acked:
             if counters:
                 _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
