@@ -188,7 +188,8 @@ class _Capture:
             procs.append(subprocess.Popen(
                 argv + [repr({**cfg, "role": "processor", "sock_fd": to_processor, "ack_fd": ack_w})],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=by_fd.get(2),
-                pass_fds=[to_processor, ack_w], close_fds=True))
+                pass_fds=[to_processor, ack_w], close_fds=True,
+                start_new_session=True))  # its own scheduling group, which it then lowers
             procs.append(subprocess.Popen(
                 argv + [repr({**cfg, "role": "reader", "sock_fd": to_reader, "ready_fd": ready_w})],
                 stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),

@@ -8,7 +8,8 @@ this file twice with ``python -S`` (no evlog set-up of their own):
   program's pipe fills: when the processor falls behind, the socket is full and the reader drops
   the bytes and counts them (``console.dropped``), never holding the program.
 - the processor feeds the bytes to the line parser and emits OTel records, at a lower priority
-  (nice 10): it uses an idle core fully and yields a busy one to the program. Telemetry carries the
+  (its own session and scheduling group, niced): it uses an idle core fully and yields a busy one
+  to the program. Telemetry carries the
   program's resource (its process.pid and service.instance.id), so the relay is invisible in the
   data.
 Nothing per line runs in the program's own process, and lines written just before os._exit or
@@ -627,15 +628,28 @@ def main(cfg: dict) -> None:
             _follow_window_size(cfg)
             Reader(cfg).run()
         else:
-            try:  # before any thread starts: the exporter threads inherit it
-                os.nice(NICE)
-            except OSError:
-                pass
+            _lower_priority()
             Processor(cfg).run()
     except BaseException as exc:
         _warn("console-relay", f"console capture failed ({cfg.get('role')}): {exc!r}")
         code = 1
     os._exit(code)
+
+
+def _lower_priority() -> None:
+    """Export is background work. With autogroup scheduling (Linux's default on desktops and most
+    servers) CPU is shared between sessions before nice values count: the processor runs in a
+    session of its own (console.py starts it so) whose group it lowers, so it takes nothing from
+    the program's. Before any thread starts: the exporter threads inherit the thread's nice."""
+    try:
+        with open("/proc/self/autogroup", "w") as fh:
+            fh.write(str(NICE))
+    except OSError:
+        pass
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
 
 
 def _follow_window_size(cfg: dict) -> None:
