@@ -5,7 +5,8 @@ processes x 1 thread): one plain, one under `evlog-instrument` exporting all thr
 OTLP/gRPC to a receiver in this process (it only keeps the request bytes, counted after the run:
 the proof that the evlog app was instrumented). This process tells them in turn (A B A B ...) to
 run one round: client.map(inc, range(N)) + gather, timed. Only one cluster works at a time; the
-other idles. Interleaving round by round, seconds apart, is what makes the comparison hold on a
+other is frozen (SIGSTOP to its process group: an idle Dask cluster still costs CPU, heartbeats and
+monitors). Interleaving round by round, seconds apart, is what makes the comparison hold on a
 machine whose load changes by the minute.
 
 Figures (medians over rounds): tasks/s, and CPU time per task summed over the client/scheduler
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -138,8 +140,16 @@ class App:
             env = _env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                         "OTEL_EXPORTER_OTLP_INSECURE": "true", "EVLOG_SUMMARY": "false", **(extra_env or {})})
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     text=True, bufsize=1)
+                                     text=True, bufsize=1, start_new_session=True)
         self._expect("ready")
+        self.pause()
+
+    def pause(self) -> None:
+        """Freeze the app and its cluster (one process group): an idle cluster still costs CPU."""
+        os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGCONT)
 
     def _expect(self, prefix: str) -> str:
         line = self.proc.stdout.readline()
@@ -148,12 +158,17 @@ class App:
         return line
 
     def round(self, n: int) -> dict:
-        self.proc.stdin.write(f"{n}\n")
-        self.proc.stdin.flush()
-        return json.loads(self._expect("{"))
+        self.resume()
+        try:
+            self.proc.stdin.write(f"{n}\n")
+            self.proc.stdin.flush()
+            return json.loads(self._expect("{"))
+        finally:
+            self.pause()
 
     def close(self) -> None:
         try:
+            self.resume()
             self.proc.stdin.write("quit\n")
             self.proc.stdin.flush()
             self.proc.wait(120)
