@@ -24,7 +24,7 @@ _before_flush: list = []
 _done_pid = -1  # the pid whose finish() has started (a forked child starts afresh)
 _finished = False
 _term_pending = False  # SIGTERM arrived while finish() was running: die by it once flushed
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered by the SIGTERM handler when the signal lands inside finish()
 _real_exit = os._exit
 
 
