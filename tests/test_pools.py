@@ -40,6 +40,9 @@ def fail(x):
     raise ValueError(f"bad {x}")
 
 def nested(_):
+    task = trace.get_current_span()
+    task.set_attribute("user.key", 7)
+    task.add_event("user.event", {"n": 1})
     with tracer.start_as_current_span("user.inner") as s:
         return os.getpid(), format(s.get_span_context().span_id, "016x")
 
@@ -219,6 +222,13 @@ def test_user_spans_in_a_task_nest_under_the_task_span(pools_run):
     assert task["parent_span_id"] == pools_run.out["submitters"]["ppe.nested"]
 
 
+def test_the_task_span_is_the_current_span_the_function_can_annotate(pools_run):
+    (task,) = [s for s in pools_run.under("ppe.nested") if s["name"] == "futures.task nested"]
+    assert task["attributes"]["user.key"] == 7
+    assert task["attributes"]["code.function.name"] == "__main__.nested"
+    assert [(e["name"], e["attributes"]) for e in task["events"]] == [("user.event", {"n": 1})]
+
+
 def test_baggage_travels_with_the_task(pools_run):
     ((_pid, value),) = pools_run.out["calls"]["ppe.baggage"]
     assert value == "blue"
@@ -272,7 +282,8 @@ def test_thread_pools_and_plain_threads_join_the_submitters_trace(otlp_receiver,
     proc = run_instrumented(THREADS_PROGRAM, env=evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER}), timeout=120)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-    otlp_receiver.wait_for(lambda: {"user.thread", "user.timer", "user.subclass"} <= {s["name"] for s in otlp_receiver.spans()})
+    users = {"user.thread", "user.timer", "user.subclass"}
+    otlp_receiver.wait_for(lambda: users <= {s["name"] for s in otlp_receiver.spans()})
     spans = otlp_receiver.spans()
     for api, name, kind in (("tpe.map", "futures.task where", "thread"), ("tpe.submit", "futures.task where", "thread"),
                             ("threadpool.map", "multiprocessing.task where", "mp.threadpool")):
@@ -439,3 +450,103 @@ def test_uninstrument_restores_the_originals_and_instrument_puts_them_back(otlp_
     assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")
     otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"])
     assert len([s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"]) == 1  # only while instrumented
+
+
+TERMINATE_PROGRAM = r'''
+import json, multiprocessing as mp, os, sys, time
+from opentelemetry import trace
+
+def quick(_):
+    return os.getpid()
+
+def hang(path):
+    open(path, "w").close()
+    time.sleep(120)
+
+if __name__ == "__main__":
+    flag = sys.argv[1]
+    with trace.get_tracer("t").start_as_current_span("root"):
+        with mp.get_context("fork").Pool(2) as p:
+            done = p.map(quick, range(6), chunksize=1)
+            p.apply_async(hang, (flag,))
+            deadline = time.monotonic() + 60
+            while not os.path.exists(flag) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert os.path.exists(flag)
+    print(json.dumps(done))
+'''
+
+
+def test_pool_terminate_flushes_its_workers_and_ends_the_call_it_cut_short(otlp_receiver, tmp_path):
+    script = tmp_path / "terminate_app.py"
+    script.write_text(TERMINATE_PROGRAM)
+    env = evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER})
+    proc = run_instrumented([PYTHON, str(script), str(tmp_path / "started")], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    ran = Counter(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+    otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "multiprocessing.task hang"])
+    spans = otlp_receiver.spans()
+    assert Counter(s["resource"]["process.pid"] for s in spans if s["name"] == "multiprocessing.task quick") == ran
+    (hang,) = [s for s in spans if s["name"] == "multiprocessing.task hang"]
+    assert hang["status_code"] == "ERROR" and "exited while the task was running" in hang["status_message"]
+
+
+FORK_TERM_PROGRAM = r'''
+import multiprocessing, os, signal, time
+
+try:  # one CPU, real-time: after fork() the parent runs on and the child waits, so the SIGTERM
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # reaches a child that has not run yet
+    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+except (PermissionError, OSError):
+    print("skip")
+    raise SystemExit(0)
+lost = 0
+for _ in range(30):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(3)  # only a SIGTERM ends this early
+        os._exit(3)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM):
+        lost += 1
+print(lost)
+'''
+
+
+def test_sigterm_right_after_fork_is_not_lost():
+    """evlog's SIGTERM handler is inherited by forked workers, and CPython drops a signal its C handler
+    caught before the child's interpreter was ready: without the fork guard every one of these children
+    ignores its SIGTERM (a pool worker so terminated blocks Pool.__exit__ for ever)."""
+    proc = run_instrumented(FORK_TERM_PROGRAM, env=evlog_env(NO_TIMER), timeout=240)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    result = proc.stdout.decode().strip().splitlines()[-1]
+    if result == "skip":
+        pytest.skip("needs SCHED_FIFO to order the fork deterministically")
+    assert result == "0"
+
+
+POOL_EXIT_PROGRAM = r'''
+import multiprocessing as mp, os, sys
+
+def pid(_):
+    return os.getpid()
+
+if __name__ == "__main__":
+    ran = 0
+    for _ in range(int(sys.argv[1])):
+        with mp.get_context("fork").Pool(2) as p:  # workers are terminated as they go back to the queue
+            ran += len(p.map(pid, range(4), chunksize=1))
+    print(ran)
+'''
+
+
+def test_pool_context_exit_never_hangs_and_loses_nothing(otlp_receiver, tmp_path):
+    script = tmp_path / "pool_exit_app.py"
+    script.write_text(POOL_EXIT_PROGRAM)
+    env = evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER})
+    proc = run_instrumented([PYTHON, str(script), "40"], env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert proc.stdout.decode().strip().splitlines()[-1] == "160"
+    otlp_receiver.wait_for(lambda: len([s for s in otlp_receiver.spans() if s["name"] == "multiprocessing.task pid"]) >= 160)
+    assert len({s["span_id"] for s in otlp_receiver.spans() if s["name"] == "multiprocessing.task pid"}) == 160

@@ -11,9 +11,11 @@ an unpicklable function fails exactly as it would without evlog (the same except
 place). On failure the span gets ERROR status and the exception as an event, and the exception goes
 on to the pool unchanged.
 
-Spans are ordinary SDK spans, ended as the function returns, so they queue in the batch processor of
-the process that ran them and go out in batches. A task still running when its process is told to exit
-(SIGTERM from ``Pool.terminate()``, ``os._exit``) has its span ended with ERROR before the exit flush.
+The span is an SDK span made the cheap way (``_taskspan``), started and ended around the call in the
+thread that runs it (so span processors see both moments), ended before the result goes back, then
+exported in batches by that process's batch processor. A task still running when its process is told
+to exit (SIGTERM from ``Pool.terminate()``, ``os._exit``) has its span ended with ERROR before the exit
+flush.
 """
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ _attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
 _set_span = trace.set_span_in_context
 
 _starters: dict = {}  # kind -> start(name, attributes, parent Context) -> span; a fork keeps them
-_names: dict = {}  # (kind, fn) -> (span name, attributes); bounded
+_names: dict = {}  # (kind, named_callable(fn)) -> (span name, attributes); bounded
 _open: dict = {}  # id(span) -> span of tasks running now in this process
 
 
@@ -129,7 +131,7 @@ class Task:
         if carried is _NOT_YET:
             carried = self.carried = portable(self.parent)
         # fn first: if it does not pickle, pickling fails exactly where and how it would without evlog.
-        return (_rebuild, (self.fn, self.kind, carried))
+        return _rebuild, (self.fn, self.kind, carried)
 
     def __repr__(self):
         return f"<evlog task {self.fn!r}>"
@@ -218,6 +220,8 @@ def function_names(fn) -> tuple[str, str]:
     fn = named_callable(fn)
     qual = fn.__qualname__
     module = getattr(fn, "__module__", None)
+    if module == "__mp_main__":  # the main script as spawn and forkserver children import it
+        module = "__main__"
     return qual, f"{module}.{qual}" if isinstance(module, str) and module else qual
 
 
@@ -243,13 +247,20 @@ def end_open_spans() -> None:
     while _open:
         try:
             _, span = _open.popitem()
-            span.set_status(Status(StatusCode.ERROR, "the process exited while the task was running"))
-            span.end()
         except KeyError:
             return
+        try:
+            # A SIGTERM handler runs between two bytecodes of the task: if it was inside this span's
+            # lock (setting an attribute), leave the span rather than wait for a lock that never frees.
+            lock = getattr(span, "_lock", None)
+            if lock is not None:
+                if not lock.acquire(timeout=0.2):
+                    continue
+                lock.release()
+            span.set_status(Status(StatusCode.ERROR, "the process exited while the task was running"))
+            span.end()
         except Exception as exc:
             _report.warn_once("task-span-exit", f"cannot end a running task's span at exit: {exc!r}")
-            return
 
 
 def _after_fork_in_child() -> None:

@@ -16,6 +16,9 @@ Nothing is lost at shutdown: spans end when the function returns, before the res
 every way a worker leaves flushes (evlog.bootstrap.lifecycle): the sentinel (normal exit or
 ``os._exit``), and the SIGTERM of ``Pool.terminate()`` / ``Pool.__exit__``, which reaches a worker
 blocked on the task queue (the lock and the pipe read are interrupted and run the handler).
+
+A Python-level SIGTERM handler can miss a worker blocked on the queue (see _sigterm.py): every fork
+and every child is guarded so that SIGTERM always ends it, as it does without evlog.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from evlog import _report
 
 from . import _context
+from ._sigterm import SigtermGuard
 from .threads import ThreadsInstrumentor
 
 _PARENT = "_evlog_parent"  # on a Process object between start() in the parent and run in the child
@@ -66,6 +70,7 @@ def _process_start(wrapped, instance, args, kwargs):
 
 
 def _process_bootstrap(wrapped, instance, args, kwargs):
+    SigtermGuard.watch()  # every child, pool workers included: terminate() must always end it
     d = instance.__dict__
     if _PARENT in d:
         try:
@@ -98,6 +103,7 @@ class MultiprocessingInstrumentor:
             return
         self._on = True
         ThreadsInstrumentor.acquire()
+        SigtermGuard.enable()
         wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "start", _process_start)
         wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "_bootstrap", _process_bootstrap)
         wrapt.register_post_import_hook(self._patch_pool, "multiprocessing.pool")
@@ -107,6 +113,7 @@ class MultiprocessingInstrumentor:
             return
         self._on = False
         ThreadsInstrumentor.release()
+        SigtermGuard.disable()
         unwrap(_mp_process.BaseProcess, "start")
         unwrap(_mp_process.BaseProcess, "_bootstrap")
         for name in _POOL_METHODS:

@@ -1,0 +1,205 @@
+"""Throughput of process pools on trivial calls, plain against evlog, side by side in one run.
+
+One "run" is a fresh `python benchmarks/pools.py --run N` that times, after a warm-up, N calls of a
+trivial function through each pool (a fresh pool of 2 workers each, fork):
+
+- futures_process: ProcessPoolExecutor.map(f, range(N)) (chunksize 1: one message per call)
+- mp_pool:         multiprocessing.Pool.imap(f, range(N)) (chunksize 1: one message per call)
+- mp_pool_map:     multiprocessing.Pool.map(f, range(N)) (default chunks: ~N/8 calls per message)
+
+Variants, interleaved round by round (A B C A B C ...): plain python; under evlog-instrument with the
+default run folder; under evlog-instrument exporting OTLP/gRPC to a minimal collector in this process
+(parses each request in C and counts the task spans: a stand-in for a collector on another host).
+Every variant's defaults are left as a user gets them (consumers, capture). Each figure is the median
+over the rounds: calls per second (ratio evlog over plain; goal >= 0.9), and CPU per call of all the
+run's processes over each pool's whole life, exit flush included (ratio evlog over plain: what the
+throughput ratio becomes when the cores are busy anyway). The proof line counts the task spans that
+reached the run folders and the collector.
+
+    python benchmarks/pools.py            # N = 20,000, 3 rounds
+    python benchmarks/pools.py --quick    # N = 2,000, 3 rounds
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PY = sys.executable
+HERE = os.path.abspath(__file__)
+WORKLOADS = ("futures_process", "mp_pool", "mp_pool_map")
+WARMUP = 1200  # > 2 x 512 calls: each worker exports a batch (and builds its exporter) before timing
+
+
+def f(x):
+    return x
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def run_workloads(n: int) -> dict:
+    """In the measured process: per workload, the seconds n calls take (pool started and warm), and the
+    CPU seconds of the pool's whole life (start, warm-up, calls, shutdown with the workers' exit flush)."""
+    import concurrent.futures
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = {}
+
+    def ppe(pool):
+        list(pool.map(f, range(n)))
+
+    def imap(pool):
+        for _ in pool.imap(f, range(n)):
+            pass
+
+    def pmap(pool):
+        pool.map(f, range(n))
+
+    for name, make, warm, run in (
+        ("futures_process", lambda: concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx),
+         lambda p: list(p.map(f, range(WARMUP))), ppe),
+        ("mp_pool", lambda: ctx.Pool(2), lambda p: p.map(f, range(WARMUP), chunksize=1), imap),
+        ("mp_pool_map", lambda: ctx.Pool(2), lambda p: p.map(f, range(WARMUP), chunksize=1), pmap),
+    ):
+        cpu = _cpu()
+        with make() as pool:
+            warm(pool)
+            t = time.perf_counter()
+            run(pool)
+            wall = time.perf_counter() - t
+        out[name] = wall
+        out[name + ".cpu"] = _cpu() - cpu
+    return out
+
+
+def _env(**kw) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "EVLOG_"))}
+    env.update(kw)
+    return env
+
+
+def _measure(cmd: list, env: dict, timeout: float) -> dict:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmark run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _spans_in(folder: str) -> int:
+    """Task spans in a run folder (OTLP/JSON lines)."""
+    count = 0
+    for name in os.listdir(folder):
+        if name.startswith("traces") and name.endswith(".jsonl"):
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                for line in fh:
+                    for rs in json.loads(line).get("resourceSpans", []):
+                        for ss in rs.get("scopeSpans", []):
+                            count += sum(1 for s in ss.get("spans", []) if s["name"].endswith(" f"))
+    return count
+
+
+class CountingCollector:
+    """OTLP/gRPC on loopback that accepts all three signals and counts the task spans it gets."""
+
+    def __init__(self):
+        import concurrent.futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.spans = 0
+        self._lock = threading.Lock()
+
+        def traces(request: bytes, _context) -> bytes:
+            req = ExportTraceServiceRequest.FromString(request)
+            n = sum(1 for rs in req.resource_spans for ss in rs.scope_spans for sp in ss.spans
+                    if sp.name.endswith(" f"))
+            with self._lock:
+                self.spans += n
+            return b""  # an empty Export*ServiceResponse
+
+        def other(request: bytes, _context) -> bytes:
+            return b""
+
+        handlers = {}
+        for service, fn in (("trace.v1.TraceService", traces), ("metrics.v1.MetricsService", other),
+                            ("logs.v1.LogsService", other)):
+            handlers[f"opentelemetry.proto.collector.{service}"] = grpc.method_handlers_generic_handler(
+                f"opentelemetry.proto.collector.{service}", {"Export": grpc.unary_unary_rpc_method_handler(fn)})
+        self._server = grpc.server(concurrent.futures.ThreadPoolExecutor(4), handlers=list(handlers.values()))
+        port = self._server.add_insecure_port("127.0.0.1:0")
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop(2).wait(5)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--calls", type=int, default=0)
+    ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)  # inside a measured process
+    args = ap.parse_args()
+    if args.run:
+        print(json.dumps(run_workloads(args.run)))
+        return
+    n = args.calls or (2_000 if args.quick else 20_000)
+    collector = CountingCollector()
+    tmp = tempfile.mkdtemp(prefix="evlog-bench-pools-")
+    cmd = [PY, HERE, "--run", str(n)]
+    evlog_cmd = [PY, "-m", "evlog.launcher"] + cmd
+    otlp = dict(OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+                OTEL_EXPORTER_OTLP_INSECURE="true")
+    timeout = 60 + n * 0.05
+    results: dict[str, list[dict]] = {"plain": [], "evlog": [], "evlog_otlp": []}
+    in_folders = 0
+    try:
+        for i in range(args.rounds):
+            results["plain"].append(_measure(cmd, _env(), timeout))
+            folder = os.path.join(tmp, f"run-{i}")
+            results["evlog"].append(_measure(evlog_cmd, _env(EVLOG_RUN_DIR=folder), timeout))
+            in_folders += _spans_in(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+            results["evlog_otlp"].append(_measure(evlog_cmd, _env(**otlp), timeout))
+    finally:
+        collector.stop()  # the runs flushed at exit, before their launcher returned
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def rate(variant: str, workload: str) -> float:
+        return n / statistics.median(r[workload] for r in results[variant])
+
+    def cpu(variant: str, workload: str) -> float:  # µs of CPU per call over the pool's life
+        return 1e6 * statistics.median(r[workload + ".cpu"] for r in results[variant]) / (n + WARMUP)
+
+    for workload in WORKLOADS:
+        plain = rate("plain", workload)
+        for variant, suffix in (("evlog", ""), ("evlog_otlp", ".otlp")):
+            ev = rate(variant, workload)
+            print(f"pools.{workload}{suffix}: ratio {ev / plain:.2f} (plain {plain:,.0f}, evlog {ev:,.0f}, calls/s)")
+        plain = cpu("plain", workload)
+        for variant, suffix in (("evlog", ""), ("evlog_otlp", ".otlp")):
+            ev = cpu(variant, workload)
+            print(f"pools.{workload}{suffix}.cpu: ratio {ev / plain:.2f} (plain {plain:.1f}, evlog {ev:.1f}, "
+                  f"µs CPU per call, all processes)")
+    expected = args.rounds * len(WORKLOADS) * (n + WARMUP)
+    print(f"pools.proof: task spans expected {expected:,} per evlog variant; "
+          f"run folders got {in_folders:,}, the OTLP collector got {collector.spans:,}")
+
+
+if __name__ == "__main__":
+    main()
