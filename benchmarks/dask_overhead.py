@@ -86,10 +86,10 @@ class CountingReceiver:
         self._lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handlers = []
-        for service, signal in self.SERVICES.items():
+        for service, kind in self.SERVICES.items():
             handlers.append(grpc.method_handlers_generic_handler(service, {
                 "Export": grpc.unary_unary_rpc_method_handler(
-                    self._handler(signal), request_deserializer=None, response_serializer=None)}))
+                    self._handler(kind), request_deserializer=None, response_serializer=None)}))
         self.server.add_generic_rpc_handlers(tuple(handlers))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
@@ -104,8 +104,12 @@ class CountingReceiver:
 
     def count(self) -> dict:
         """What arrived: spans by name (without the template part), log records, metric requests."""
-        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceRequest,
+        )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
 
         with self._lock:
             bodies = {k: list(v) for k, v in self.bodies.items()}

@@ -366,8 +366,7 @@ def test_cli_cluster_graph_runs_in_the_client_trace_across_processes(cli):
 
 @pytest.mark.slow
 def test_worker_killed_with_sigkill_mid_task_leaves_the_story_of_rescheduling(cli):
-    out, spans = cli["out"], cli["spans"]
-    assert out["slow"] == 42
+    assert cli["out"]["slow"] == 42
     lives = sorted(_named(cli["spans"], "dask.task slow", "slow-1"), key=lambda s: s["start"])
     story = [t for s in lives for t in _story(s)]
     assert story[:2] == [("released", "waiting"), ("waiting", "processing")]
@@ -509,7 +508,9 @@ def test_uninstrument_restores_dask_and_instrument_again_resumes(tmp_path):
 
 def test_fast_span_encoding_matches_the_standard_otlp_encoder():
     from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.trace import SpanKind, Status, StatusCode
 

@@ -97,7 +97,7 @@ class SchedulerRecorder(SchedulerPlugin):
                 deps = ts.dependencies if ts is not None else None  # gone once forgotten: kept now
                 extra = (kw, [d.key for d in deps] if deps else None)
             else:
-                extra = kw or None
+                extra = None
             self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
         except Exception as exc:  # never Dask's problem
             _report.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")

@@ -20,14 +20,20 @@ import random
 import struct
 import sys
 import threading
-import time
 import weakref
 from time import perf_counter, sleep
 from typing import Callable
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import DEFAULT_TRACE_STATE, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import (
+    DEFAULT_TRACE_STATE,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 from evlog import __version__, _report, stats
 
@@ -46,7 +52,8 @@ class FinishedSpan(ReadableSpan):
     """A finished span built from recorded fields; SDK events are made only when read.
 
     ``transitions`` are (key, start, finish, stimulus_id, worker, time in seconds) tuples
-    (evlog.events.Transition); each becomes a span event ``transition``. ``extra`` are (name, time_ns, attributes) events (exceptions, startstops).
+    (evlog.events.Transition); each becomes a span event ``transition``. ``extra`` are
+    (name, time in ns, attributes) events (exceptions, startstops).
     """
 
     def __init__(self, name, context, parent, resource, attributes, kind, status, start, end,
@@ -111,8 +118,10 @@ def parse_traceparent(tp) -> SpanContext | None:
     if sc is None:
         try:
             _v, trace_hex, span_hex, flags = tp.split("-")[:4]
-            sc = SpanContext(int(trace_hex, 16), int(span_hex, 16), True, TraceFlags(int(flags, 16)))
+            sc = SpanContext(int(trace_hex, 16), int(span_hex, 16), True, TraceFlags(int(flags, 16) & 0xFF))
         except Exception:
+            return None
+        if not sc.is_valid:
             return None
         if len(_parsed) > 4096:
             _parsed.clear()
@@ -236,8 +245,6 @@ class Assembler:
 def _deliver(spans) -> None:
     if encoder_patch._original is None and EncoderPatch._common in sys.modules:
         encoder_patch.install()  # once an OTLP exporter is in use here
-    from opentelemetry import trace
-
     proc = _processors()
     if proc is None:
         _report.warn_once("dask-no-sdk", "the tracer provider is not the OTel SDK's: Dask task spans are dropped")
@@ -537,7 +544,9 @@ class EncoderPatch:
             import importlib
 
             original = importlib.import_module(self._common).encode_spans
-            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+                ExportTraceServiceRequest,
+            )
         except Exception:
             return  # another exporter version: FinishedSpans take the ordinary path
 
@@ -574,7 +583,3 @@ class EncoderPatch:
 
 
 encoder_patch = EncoderPatch()
-
-
-def now_ns() -> int:
-    return time.time_ns()

@@ -20,7 +20,13 @@ from collections import deque
 
 from distributed.diagnostics.plugin import WorkerPlugin
 from opentelemetry import context as _ctx
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanKind,
+    Status,
+    StatusCode,
+    set_span_in_context,
+)
 
 from evlog import _report
 
@@ -29,8 +35,10 @@ from . import dask_spans as ds
 NAME = "evlog-telemetry"
 _attach, _detach, _Context = _ctx.attach, _ctx.detach, _ctx.Context
 _time = time.time
+_current_thread = threading.current_thread
 _histogram: list = []  # the dask.task.duration instrument, made once per process
 _transferred = [0]  # bytes received from other workers by this process's workers (a counter)
+_parsed = ds._parsed  # traceparent -> parent SpanContext
 
 
 class WorkerRecorder(WorkerPlugin):
@@ -45,7 +53,6 @@ class WorkerRecorder(WorkerPlugin):
         self._log: deque = deque()
         self._append = self._log.append
         self._names: dict = {}
-        self._threads: dict = {}
         self._lock = threading.Lock()
 
     def setup(self, worker):
@@ -54,24 +61,28 @@ class WorkerRecorder(WorkerPlugin):
         from .dask import roles
 
         roles.add("worker", worker=worker)
+        _instruments()
         ds.assembler.add(self)
 
     def teardown(self, worker):
         ds.assembler.remove(self)
 
-    # ---- on the worker's event loop --------------------------------------------------------------
+    # ---- in the thread that runs the task ----------------------------------------------------------
 
     def begin(self, worker, key):
         """(ts, span context, parent, context token, first startstop of this run) for a task about to
         run: its execute span becomes the current span, as a child of the client call's span from
-        the task's annotation."""
-        ts = worker.state.tasks[key]
+        the task's annotation. No span context when the task is gone or its trace is not sampled."""
+        ts = worker.state.tasks.get(key)
+        if ts is None:
+            return None, None, None, None, 0
         ann = ts.annotations
-        parent = ds.parse_traceparent(ann[ds.CARRIER]) if ann and ds.CARRIER in ann else None
+        tp = ann.get(ds.CARRIER) if ann else None
+        parent = (_parsed.get(tp) or ds.parse_traceparent(tp)) if tp is not None else None
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return ts, None, parent, None, 0
-            trace_id = parent.trace_id
+            trace_id = parent[0]
         else:
             trace_id = ds.trace_of_group(ts.span_id)
         sc = ds.context(trace_id, ds.new_span_id())
@@ -83,6 +94,8 @@ class WorkerRecorder(WorkerPlugin):
         return ts, sc, parent, token, n0
 
     def executed(self, worker, key, ts, sc, parent, n0, msg) -> None:
+        if ts is None:
+            return
         delay = worker.scheduler_delay
         err = None
         if msg.get("op") != "task-finished":
@@ -91,7 +104,10 @@ class WorkerRecorder(WorkerPlugin):
                 err = ("rescheduled", "")  # the task asked to run elsewhere
             else:
                 err = (str(msg.get("exception_text") or "error"), str(msg.get("traceback_text") or ""))
-        self._append((0, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay, msg.get("thread"), err))
+        self._append((0, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay, msg.get("thread"),
+                      _current_thread().name, err))
+
+    # ---- on the worker's event loop ---------------------------------------------------------------
 
     def transferred(self, worker, source, keys, nbytes, t0, t1, ev) -> None:
         ok = type(ev).__name__ == "GatherDepSuccessEvent"
@@ -133,9 +149,9 @@ class WorkerRecorder(WorkerPlugin):
             return out
 
     def _execution(self, item, res):
-        _, key, ts, sc, parent, n0, start, stop, thread, err = item
+        _, key, ts, sc, parent, n0, start, stop, thread, thread_name, err = item
         prefix = ts.prefix
-        _record_duration(stop - start, prefix)
+        _histogram[0].record(max(0.0, stop - start), {"dask.task.prefix": prefix})
         if sc is None:
             return None  # not sampled
         name = self._names.get(prefix)
@@ -150,7 +166,7 @@ class WorkerRecorder(WorkerPlugin):
         }
         if thread is not None:
             attrs["thread.id"] = thread
-            attrs["thread.name"] = self._thread_name(thread)
+            attrs["thread.name"] = thread_name
         extra = []
         lo, hi = start, stop
         startstops = ts.startstops
@@ -194,23 +210,10 @@ class WorkerRecorder(WorkerPlugin):
         return ds.FinishedSpan("dask.transfer", ds.context(trace_id, ds.new_span_id()), parent, res, attrs,
                                SpanKind.CLIENT, status, int(t0 * 1e9), int(t1 * 1e9))
 
-    def _thread_name(self, ident) -> str:
-        name = self._threads.get(ident)
-        if name is None:
-            t = threading._active.get(ident)  # noqa: SLF001 - the name of a live thread by ident
-            name = t.name if t is not None else str(ident)
-            if len(self._threads) > 1024:
-                self._threads.clear()
-            self._threads[ident] = name
-        return name
-
-
-def _record_duration(seconds: float, prefix: str) -> None:
-    h = _histogram[0] if _histogram else _make_histogram()
-    h.record(max(0.0, seconds), {"dask.task.prefix": prefix})
-
-
-def _make_histogram():
+def _instruments() -> None:
+    """dask.task.duration and dask.transfer.bytes, once per process."""
+    if _histogram:
+        return
     from opentelemetry import metrics
 
     meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
@@ -218,7 +221,6 @@ def _make_histogram():
                                              description="task execution time on workers, by prefix"))
     meter.create_observable_counter("dask.transfer.bytes", [_observe_transfer_bytes], unit="By",
                                     description="bytes received from other workers")
-    return _histogram[0]
 
 
 def _observe_transfer_bytes(options):
