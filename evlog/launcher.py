@@ -111,6 +111,16 @@ def _prepare_here(env: dict) -> None:
     run.prepare(config.load(env), env, env["EVLOG_SERVICE_NAME"])
 
 
+def _in_foreground_of_a_terminal() -> bool:
+    for fd in (0, 1, 2):
+        try:
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
     pid = os.fork()
     if pid == 0:  # the child: becomes COMMAND, and owns the run under its own pid
@@ -130,7 +140,11 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
         except OSError:
             pass
 
+    # In a terminal's foreground group, Ctrl-C and Ctrl-\ already reach COMMAND: forwarding would double them.
+    keyboard = (signal.SIGINT, signal.SIGQUIT) if _in_foreground_of_a_terminal() else ()
     for s in _FORWARDED:
+        if s in keyboard:
+            continue
         try:
             signal.signal(s, forward)
         except (OSError, ValueError):

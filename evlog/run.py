@@ -99,6 +99,7 @@ def summary(path: str) -> str:
     events = total.get("logs.exported", 0)
     points = total.get("metrics.exported", 0)
     dropped = sum(v for k, v in total.items() if k.endswith(".failed") or k.startswith("dropped."))
+    console_dropped = total.get("console.dropped", 0)
     n = len(pids)
     text = (
         f"evlog: {spans:,} spans, {events:,} events and logs, {points:,} metric points "
@@ -106,6 +107,8 @@ def summary(path: str) -> str:
     )
     if dropped:
         text += f"; {dropped:,} dropped (could not be exported)"
+    if console_dropped:
+        text += f"; {console_dropped:,} console lines dropped (output faster than export)"
     if info.get("run_dir") and spans + events + points:
         text += f"\nevlog: see them with: evlog view {_shell_path(info['run_dir'])}"
     return text + "\n"

@@ -20,7 +20,7 @@ _providers: list = []  # (tracer, logger, meter) providers of this process, for 
 # evlog's defaults where the user set nothing. Queues: 4-8 times the SDK's 2,048, which overflows at
 # bursts of about 10,000 spans/s; a queued span or log record holds about 2 KB, so a dead collector
 # costs at most about 50 MB (measured: tests/test_faults.py, a million spans and events).
-_DEFAULTS = {
+DEFAULTS = {
     "OTEL_BSP_MAX_QUEUE_SIZE": 16384,
     "OTEL_BSP_SCHEDULE_DELAY": 1000,
     "OTEL_BLRP_MAX_QUEUE_SIZE": 8192,
@@ -30,7 +30,7 @@ _DEFAULTS = {
 
 
 def _default(var: str) -> int | None:
-    return None if os.environ.get(var) else _DEFAULTS[var]
+    return None if os.environ.get(var) else DEFAULTS[var]
 
 
 def service_name() -> str:
@@ -108,7 +108,7 @@ def setup(settings) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    _route_sdk_logging()
+    route_sdk_logging()
     BatchSpanProcessor = _counting(BatchSpanProcessor, "on_end")  # noqa: N806
     BatchLogRecordProcessor = _counting(BatchLogRecordProcessor, "on_emit")  # noqa: N806
     resource = build_resource()
@@ -215,7 +215,7 @@ def queued() -> int:
     return n
 
 
-def _route_sdk_logging() -> None:
+def route_sdk_logging() -> None:
     handler = _ToReport(logging.WARNING)
     for name in ("opentelemetry.exporter", "opentelemetry.sdk"):
         lg = logging.getLogger(name)

@@ -482,11 +482,11 @@ class Emitter:
         settings = config.load()
         if cfg.get("run_dir"):
             settings = settings.with_overrides(run_dir=cfg["run_dir"])
-        route = getattr(sdk, "_route_sdk_logging", None)
+        route = getattr(sdk, "route_sdk_logging", None)
         if route:
             route()  # SDK warnings -> one evlog line each, as in every other process
 
-        defaults = getattr(sdk, "_DEFAULTS", {})  # the same defaults as every other process of the run
+        defaults = getattr(sdk, "DEFAULTS", {})  # the same defaults as every other process of the run
 
         def default(var: str, value: int):
             return None if os.environ.get(var) else defaults.get(var, value)
