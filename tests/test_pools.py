@@ -550,3 +550,42 @@ def test_pool_context_exit_never_hangs_and_loses_nothing(otlp_receiver, tmp_path
     assert proc.stdout.decode().strip().splitlines()[-1] == "160"
     otlp_receiver.wait_for(lambda: len([s for s in otlp_receiver.spans() if s["name"] == "multiprocessing.task pid"]) >= 160)
     assert len({s["span_id"] for s in otlp_receiver.spans() if s["name"] == "multiprocessing.task pid"}) == 160
+
+
+LIBRARY_POOLS_PROGRAM = r'''
+import asyncio, json
+from opentelemetry import trace
+
+def user_work(x):
+    return x + 1
+
+async def main():
+    loop = asyncio.get_running_loop()
+    with trace.get_tracer("t").start_as_current_span("submit asyncio") as s:
+        out = {"submitter": format(s.get_span_context().span_id, "016x")}
+        out["asyncio"] = await loop.run_in_executor(None, user_work, 1)
+    return out
+
+if __name__ == "__main__":
+    out = asyncio.run(main())
+    from distributed import Client
+    with Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=":0") as client:
+        out["dask"] = client.gather(client.map(user_work, range(5)))
+    print(json.dumps(out))
+'''
+
+
+def test_user_work_in_library_executors_is_traced_but_library_internals_are_not(otlp_receiver, tmp_path):
+    pytest.importorskip("distributed")
+    script = tmp_path / "library_app.py"
+    script.write_text(LIBRARY_POOLS_PROGRAM)
+    env = evlog_env({**otlp_receiver.env("grpc"), **NO_TIMER, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "dask"})
+    proc = run_instrumented([PYTHON, str(script)], env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    assert out["asyncio"] == 2 and out["dask"] == [1, 2, 3, 4, 5]
+    otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "futures.task user_work"])
+    tasks = [s for s in otlp_receiver.spans() if s["name"].startswith(("futures.task", "multiprocessing.task"))]
+    # asyncio's run_in_executor hands the user's function to a ThreadPoolExecutor: one span, in context;
+    # Dask runs tasks (and its own offloading) on its executors: those are Dask's, not the user's submits
+    assert [(s["name"], s["parent_span_id"]) for s in tasks] == [("futures.task user_work", out["submitter"])]

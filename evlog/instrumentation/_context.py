@@ -19,6 +19,7 @@ flush.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 
@@ -40,9 +41,11 @@ KINDS = {
     "mp.process": ("multiprocessing.task", "evlog.multiprocessing"),
 }
 THREAD_KINDS = ("thread", "mp.threadpool")
-# Callables from these modules are telemetry machinery (the SDK runs resource detectors in a thread
-# pool): they run untraced, or every process would report its own set-up as tasks.
-_MACHINERY = ("opentelemetry.", "evlog.")
+# Libraries that run their own internals on pools and threads (pool workers and managers, Dask's
+# executors and offloading, tornado's and gRPC's executors, the SDK's resource detectors and batch
+# threads): their callables get no task span and their threads no context; only user work does.
+MACHINERY = ("concurrent.futures.", "multiprocessing.", "distributed.", "tornado.", "grpc.", "opentelemetry.",
+             "evlog.")
 _SUPPRESS = _ctx._SUPPRESS_INSTRUMENTATION_KEY
 _BAGGAGE = _baggage._BAGGAGE_KEY
 _SPAN = _taskspan._SPAN_KEY
@@ -68,9 +71,14 @@ def wrap(fn, kind: str):
     if type(fn) is Task:
         return fn
     ctx = _get_current()
-    if ctx.get(_SUPPRESS) or (getattr(named_callable(fn), "__module__", None) or "").startswith(_MACHINERY):
+    if ctx.get(_SUPPRESS) or is_machinery(fn):
         return fn
     return Task(fn, kind, ctx)
+
+
+def is_machinery(fn) -> bool:
+    """Does ``fn`` belong to a library's own workings (see MACHINERY) rather than to the user?"""
+    return (getattr(named_callable(fn), "__module__", None) or "").startswith(MACHINERY)
 
 
 def portable(ctx):
@@ -205,12 +213,17 @@ def _starter(kind: str):
 
 
 def named_callable(fn):
-    """The object that names ``fn``: the function under partials and bound methods, else its type.
+    """The object that names ``fn``: the function under partials, bound methods and
+    ``partial(context.run, f, ...)`` (asyncio.to_thread's form), else its type.
 
     Module-level and long-lived, so caching on it neither grows per call nor keeps the task's data alive.
     """
     while isinstance(fn, functools.partial):
-        fn = fn.func
+        inner = fn.func
+        if isinstance(getattr(inner, "__self__", None), contextvars.Context) and fn.args:
+            fn = fn.args[0]  # partial(ctx.run, f, *args) runs f
+        else:
+            fn = inner
     fn = getattr(fn, "__func__", fn)
     return fn if isinstance(getattr(fn, "__qualname__", None), str) else type(fn)
 

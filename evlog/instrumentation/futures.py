@@ -13,8 +13,6 @@ once something imports them.
 """
 from __future__ import annotations
 
-import functools
-
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
@@ -26,13 +24,11 @@ from .threads import ThreadsInstrumentor
 
 def _submit(kind: str):
     def submit(wrapped, instance, args, kwargs):
-        if args:
-            fn = args[0]
-            if not (type(fn) is functools.partial and fn.args and type(fn.args[0]) is _context.Task):  # map's chunks
-                try:
-                    args = (_context.wrap(fn, kind),) + args[1:]
-                except Exception as exc:
-                    _report.warn_once("futures-submit", f"cannot trace submitted tasks: {exc!r}")
+        if args:  # map's chunks, partial(_process_chunk, task), are the pool's own: wrap() leaves them
+            try:
+                args = (_context.wrap(args[0], kind),) + args[1:]
+            except Exception as exc:
+                _report.warn_once("futures-submit", f"cannot trace submitted tasks: {exc!r}")
         return wrapped(*args, **kwargs)
 
     return submit

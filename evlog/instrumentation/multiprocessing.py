@@ -34,7 +34,6 @@ from ._sigterm import SigtermGuard
 from .threads import ThreadsInstrumentor
 
 _PARENT = "_evlog_parent"  # on a Process object between start() in the parent and run in the child
-_MACHINERY = ("multiprocessing.", "concurrent.futures.", "distributed.")
 _POOL_METHODS = ("apply_async", "_map_async", "imap", "imap_unordered")
 
 
@@ -87,9 +86,7 @@ def _process_bootstrap(wrapped, instance, args, kwargs):
 
 def _machinery(process) -> bool:
     """Is this a process a library starts for itself (a pool worker, a manager, a Dask worker)?"""
-    target = process._target if process._target is not None else type(process).run
-    module = getattr(_context.named_callable(target), "__module__", None) or ""
-    return module.startswith(_MACHINERY)
+    return _context.is_machinery(process._target if process._target is not None else type(process).run)
 
 
 class MultiprocessingInstrumentor:

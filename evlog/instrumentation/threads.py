@@ -2,6 +2,9 @@
 
 A thread runs with the OTel context that was current where ``start()`` was called, so spans the user
 opens in a thread (a Thread subclass, a Timer callback, a plain target) join the starter's trace.
+Threads that libraries start for their own workings (pool workers, the SDK's exporters; see
+_context.MACHINERY) start with an empty context, as without evlog: a pool worker thread lives on
+long after the span that happened to be current when it was created.
 ``Thread.start`` records the context on the thread object; ``Thread._bootstrap_inner`` (which runs
 ``run()`` in the new thread, whatever subclass overrides it) attaches it for the thread's life.
 
@@ -17,13 +20,15 @@ from opentelemetry.instrumentation.utils import unwrap
 
 from evlog import _report
 
+from ._context import is_machinery
+
 _ATTR = "_evlog_context"
 
 
 def _start(wrapped, instance, args, kwargs):
     try:
         ctx = _ctx.get_current()
-        if ctx:
+        if ctx and not is_machinery(instance._target if instance._target is not None else type(instance).run):
             setattr(instance, _ATTR, ctx)
     except Exception as exc:
         _report.warn_once("thread-context", f"cannot pass the trace context to a thread: {exc!r}")
