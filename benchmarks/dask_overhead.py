@@ -13,7 +13,7 @@ Figures (medians over rounds): tasks/s, and CPU time per task summed over the cl
 process and both workers, measured after a flush so that evlog's deferred work (span assembly,
 encoding, export) is counted. Goal: at least 0.97 of plain throughput.
 
-    python benchmarks/dask_overhead.py            # 5,000 tasks per round, 5 pairs of rounds
+    python benchmarks/dask_overhead.py            # 5,000 tasks per round, 7 pairs of rounds
     python benchmarks/dask_overhead.py --quick    # 1,000 tasks per round, 4 pairs
     python benchmarks/dask_overhead.py --env EVLOG_CONSUMERS=none   # a variable for the evlog app
 """
@@ -191,7 +191,7 @@ def main() -> None:
     args = ap.parse_args()
     extra = dict(e.split("=", 1) for e in args.env)
     n = args.tasks or (1000 if args.quick else 5000)
-    pairs = max(3, args.pairs or (4 if args.quick else 5))
+    pairs = max(3, args.pairs or (4 if args.quick else 7))
     tmp = tempfile.mkdtemp(prefix="evlog-bench-dask-")
     app = os.path.join(tmp, "app.py")
     with open(app, "w") as fh:
