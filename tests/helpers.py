@@ -4,6 +4,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -28,8 +29,16 @@ def run_instrumented(code: str | list[str], env: dict | None = None, timeout: fl
     else:
         argv = list(code)
     cmd = [PYTHON, "-m", "evlog.launcher"] + argv
-    proc = subprocess.run(cmd, env=env if env is not None else evlog_env(), cwd=cwd, capture_output=True,
-                          timeout=timeout, stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    with subprocess.Popen(cmd, env=env if env is not None else evlog_env(), cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, stdin=stdin if stdin is not None else subprocess.DEVNULL,
+                          start_new_session=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)  # the program and all its children, not only the launcher
+            p.communicate()
+            raise
+    proc = subprocess.CompletedProcess(cmd, p.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout.decode(errors='replace')}\n"
                              f"stderr:\n{proc.stderr.decode(errors='replace')}")

@@ -9,6 +9,7 @@ the program's start-up, and no child shares its parent's channel.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Callable
 
 from evlog import _report, stats
@@ -86,6 +87,22 @@ def _default_endpoint(protocol: str) -> str:
 
 
 _all: list = []  # every managed exporter of this process
+_building = threading.Lock()  # held while an exporter (and its gRPC/HTTP modules) is built
+_held_for_fork = [False]
+
+
+def _before_fork() -> None:
+    _held_for_fork[0] = _building.acquire(timeout=5)  # bounded: a stuck build never stops a fork
+
+
+def _after_fork() -> None:
+    if _held_for_fork[0]:
+        _held_for_fork[0] = False
+        _building.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
 _noted = [False]
@@ -117,7 +134,8 @@ class _Lazy:
         if self._inner is None or self._pid != pid:
             self._pid = pid
             try:
-                self._inner = self._make()
+                with _building:  # a fork waits for it: a half-imported grpc in the child would stay broken
+                    self._inner = self._make()
             except Exception as exc:  # a bad certificate path, a missing package, ...
                 _report.warn_once(f"exporter-build-{self._signal}", f"cannot set up the {self._signal} exporter: {exc}")
                 self._inner = None
