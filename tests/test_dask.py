@@ -504,6 +504,36 @@ def test_uninstrument_restores_dask_and_instrument_again_resumes(tmp_path):
     assert not {k for k in keys if k[1] == "off"}
 
 
+FORK_APP = r'''
+import json, multiprocessing as mp
+from distributed import Client, LocalCluster
+
+def inc(x):
+    return x + 1
+
+def child():
+    pass
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        result = client.gather(client.map(inc, range(10), key=[f"f-{i}" for i in range(10)]))
+        p = mp.get_context("fork").Process(target=child)  # a copy of this scheduler process exits
+        p.start()
+        p.join()
+        print(json.dumps({"result": result, "exitcode": p.exitcode}))
+'''
+
+
+def test_a_forked_child_of_the_scheduler_process_does_not_send_its_spans_again(tmp_path):
+    run_dir = tmp_path / "run"
+    env = evlog_env({"EVLOG_RUN_DIR": str(run_dir), "EVLOG_SUMMARY": "false"})
+    out = _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", FORK_APP)], env=env, timeout=120))
+    assert out["exitcode"] == 0 and out["result"] == list(range(1, 11))
+    tasks = [s for s in read_run_folder(str(run_dir))["spans"] if s["name"] == "dask.task f"]
+    assert sorted(s["attributes"]["dask.task.key"] for s in tasks) == sorted(f"f-{i}" for i in range(10))
+
+
 # ---- the fast OTLP path ---------------------------------------------------------------------------
 
 def test_fast_span_encoding_matches_the_standard_otlp_encoder():

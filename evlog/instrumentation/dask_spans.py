@@ -227,6 +227,14 @@ class Assembler:
         self._wake.set()
         self.run_once(final=True)
 
+    def _after_fork(self) -> None:
+        """A forked child is not the scheduler or worker its parent is: it must not send their spans."""
+        self._sources = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+        self._stopping = False
+
     def run_once(self, final: bool = False, only=None) -> int:
         """One pass: collect finished spans from every source and hand them to the processors."""
         with self._lock:
@@ -299,6 +307,8 @@ def resource():
 
 
 assembler = Assembler()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=assembler._after_fork)
 
 
 # ---- fast OTLP encoding -------------------------------------------------------------------------
