@@ -57,11 +57,18 @@ _body = None
 def log_event(topic: str | Iterable[str], msg: Any) -> None:
     """Record a structured event here and emit it as ``evlog.log_event``; never raises."""
     try:
-        for name in _topics(topic):
-            record_event(name, msg)
-            emit(EVENT_NAME, TOPIC_ATTRIBUTE, name, msg)
+        publish(topic, msg)
     except Exception as exc:
         _report.warn_once("log-event", f"log_event failed, the event is dropped: {exc!r}")
+
+
+def publish(topic: str | Iterable[str], msg: Any, event_name: str = EVENT_NAME,
+            topic_attribute: str = TOPIC_ATTRIBUTE) -> None:
+    """Keep the event in this process's ledger and emit it, once per topic (Dask's log_event uses
+    event name ``dask.log_event`` and attribute ``dask.topic``)."""
+    for name in _topics(topic):
+        record_event(name, msg)
+        emit(event_name, topic_attribute, name, msg)
 
 
 def record_event(topic: str, msg: Any, when: float | None = None) -> None:

@@ -108,9 +108,7 @@ def _log_event(wrapped, instance, args, kwargs):
     try:
         topic = args[0] if args else kwargs["topic"]
         msg = args[1] if len(args) > 1 else kwargs["msg"]
-        for name in events._topics(topic):
-            events.record_event(name, msg)
-            events.emit("dask.log_event", "dask.topic", name, msg)
+        events.publish(topic, msg, "dask.log_event", "dask.topic")
     except Exception as exc:
         _report.warn_once("dask-log-event", f"a Dask event could not be recorded: {exc!r}")
     return result

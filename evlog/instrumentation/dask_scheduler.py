@@ -111,8 +111,7 @@ class SchedulerRecorder(SchedulerPlugin):
                     self._removed.clear()
                 self._removed[msg.get("stimulus_id")] = msg.get("worker")
             if not self._relaying:  # else its publisher recorded and emitted it
-                events.record_event(topic, msg)
-                events.emit("dask.log_event", "dask.topic", topic, msg)
+                events.publish(topic, msg, "dask.log_event", "dask.topic")
         except Exception as exc:
             _report.warn_once("dask-log-event", f"a Dask event could not be recorded: {exc!r}")
 
