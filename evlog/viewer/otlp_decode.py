@@ -302,26 +302,32 @@ def _wrap(where: str, e: Exception) -> DecodeError:
 # JSON form: spans
 
 
+def _walk(request: Any, top: str, scopes: str, items: str):
+    """Yield (item, resource, scope, where) for every item of an OTLP/JSON request, in order;
+    a malformed resource or scope raises DecodeError naming where it is."""
+    for i, r in enumerate(_top(request, top)):
+        where = f"{top}[{i}]"
+        r = _obj(r, where)
+        try:
+            resource = _resource(r, where)
+        except Exception as e:
+            raise _wrap(where, e) from None
+        for j, sc in enumerate(_list(r, scopes, where)):
+            w2 = f"{where}.{scopes}[{j}]"
+            sc = _obj(sc, w2)
+            scope = _scope(sc, w2)
+            for k, item in enumerate(_list(sc, items, w2)):
+                yield item, resource, scope, f"{w2}.{items}[{k}]"
+
+
 def decode_spans(request: Any) -> list[dict]:
     """An OTLP/JSON ExportTraceServiceRequest (``{"resourceSpans": [...]}``) -> span rows."""
     rows: list[dict] = []
-    append = rows.append
-    for i, rs in enumerate(_top(request, "resourceSpans")):
-        where = f"resourceSpans[{i}]"
-        rs = _obj(rs, where)
+    for sp, resource, scope, where in _walk(request, "resourceSpans", "scopeSpans", "spans"):
         try:
-            resource = _resource(rs, where)
+            rows.append(_span(sp, resource, scope))
         except Exception as e:
             raise _wrap(where, e) from None
-        for j, ss in enumerate(_list(rs, "scopeSpans", where)):
-            w2 = f"{where}.scopeSpans[{j}]"
-            ss = _obj(ss, w2)
-            scope = _scope(ss, w2)
-            for k, sp in enumerate(_list(ss, "spans", w2)):
-                try:
-                    append(_span(sp, resource, scope))
-                except Exception as e:
-                    raise _wrap(f"{w2}.spans[{k}]", e) from None
     return rows
 
 
@@ -407,23 +413,11 @@ def _link_obj(v: Any) -> dict:
 def decode_logs(request: Any) -> list[dict]:
     """An OTLP/JSON ExportLogsServiceRequest (``{"resourceLogs": [...]}``) -> log rows."""
     rows: list[dict] = []
-    append = rows.append
-    for i, rl in enumerate(_top(request, "resourceLogs")):
-        where = f"resourceLogs[{i}]"
-        rl = _obj(rl, where)
+    for lr, resource, scope, where in _walk(request, "resourceLogs", "scopeLogs", "logRecords"):
         try:
-            resource = _resource(rl, where)
+            rows.append(_log(lr, resource, scope))
         except Exception as e:
             raise _wrap(where, e) from None
-        for j, sl in enumerate(_list(rl, "scopeLogs", where)):
-            w2 = f"{where}.scopeLogs[{j}]"
-            sl = _obj(sl, w2)
-            scope = _scope(sl, w2)
-            for k, lr in enumerate(_list(sl, "logRecords", w2)):
-                try:
-                    append(_log(lr, resource, scope))
-                except Exception as e:
-                    raise _wrap(f"{w2}.logRecords[{k}]", e) from None
     return rows
 
 
@@ -459,22 +453,11 @@ def _log(lr: Any, resource: dict, scope: str) -> dict:
 def decode_metrics(request: Any) -> list[dict]:
     """An OTLP/JSON ExportMetricsServiceRequest (``{"resourceMetrics": [...]}``) -> point rows."""
     rows: list[dict] = []
-    for i, rm in enumerate(_top(request, "resourceMetrics")):
-        where = f"resourceMetrics[{i}]"
-        rm = _obj(rm, where)
+    for m, resource, scope, where in _walk(request, "resourceMetrics", "scopeMetrics", "metrics"):
         try:
-            resource = _resource(rm, where)
+            _metric(m, resource, scope, rows)
         except Exception as e:
             raise _wrap(where, e) from None
-        for j, sm in enumerate(_list(rm, "scopeMetrics", where)):
-            w2 = f"{where}.scopeMetrics[{j}]"
-            sm = _obj(sm, w2)
-            scope = _scope(sm, w2)
-            for k, m in enumerate(_list(sm, "metrics", w2)):
-                try:
-                    _metric(m, resource, scope, rows)
-                except Exception as e:
-                    raise _wrap(f"{w2}.metrics[{k}]", e) from None
     return rows
 
 
