@@ -8,11 +8,13 @@ folder does not need) and protobuf's JSON printer writes ids in base64, which OT
 from __future__ import annotations
 
 import base64
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
+dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 
 
 def any_value(v: Any) -> dict:
@@ -113,6 +115,14 @@ def span(sp) -> dict:
     return out
 
 
+def _span_resource(s):
+    return s.resource
+
+
+def _span_scope(s):
+    return s.instrumentation_scope
+
+
 def encode_spans(spans: Sequence) -> dict:
     return {
         "resourceSpans": [
@@ -120,9 +130,83 @@ def encode_spans(spans: Sequence) -> dict:
                 "resource": _resource(res),
                 "scopeSpans": [{"scope": _scope(sc), "spans": [span(s) for s in items]} for sc, items in scopes],
             }
-            for res, scopes in _group(spans, lambda s: s.resource, lambda s: s.instrumentation_scope)
+            for res, scopes in _group(spans, _span_resource, _span_scope)
         ]
     }
+
+
+# ---- traces as text: the run folder's line ------------------------------------------------------
+# dumps(encode_spans(spans)) written with less work for the common span: an SDK span (ReadableSpan,
+# or a type added to FAST_TYPES: evlog's task spans) with no events, links, status, trace state or
+# dropped attributes. Its name, kind and attributes (shared by all the tasks of one function) are
+# formatted once; the ids and times go into one f-string. Any other span is dumps(span(s)).
+
+FAST_TYPES: set = set()
+_text_cache: dict = {}  # id(resource or scope) -> (the object, its JSON text)
+_const_cache: dict = {}  # (name, kind, id(attributes)) -> (attributes, ('"name":..,"kind":..', '"attributes":[..]'))
+
+
+def memo(cache: dict, key, obj, make, arg, limit: int = 4096):
+    """``make(arg)``, kept under ``key`` while ``obj`` (whose id the key holds) is still the one it was made for."""
+    hit = cache.get(key)
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make(arg)
+    if len(cache) > limit:
+        cache.clear()
+    cache[key] = (obj, value)
+    return value
+
+
+def _make_const(s) -> tuple:
+    return f'"name":{dumps(s._name)},"kind":{s._kind.value + 1}', f'"attributes":{dumps(attributes(s._attributes))}'
+
+
+def _span_const(s) -> tuple:
+    attrs = s._attributes
+    if type(attrs) is dict:  # a task span's attributes, shared and read-only until written
+        return memo(_const_cache, (s._name, s._kind, id(attrs)), attrs, _make_const, s)
+    return _make_const(s)
+
+
+def _resource_text(res) -> str:
+    return memo(_text_cache, id(res), res, lambda x: dumps(_resource(x)), res, 256)
+
+
+def _scope_text(scope) -> str:
+    return memo(_text_cache, id(scope), scope, lambda x: dumps(_scope(x)), scope, 256)
+
+
+def _fits(s) -> bool:
+    if s._events or s._links:
+        return False
+    ctx = s._context
+    if ctx[4] or s._status.status_code.value:
+        return False
+    attrs = s._attributes
+    return type(attrs) is dict or not getattr(attrs, "dropped", 0)
+
+
+def span_text(s) -> str:
+    """dumps(span(s))."""
+    if type(s) not in FAST_TYPES or not _fits(s):
+        return dumps(span(s))
+    ctx = s._context
+    parent = s._parent
+    head, attrs = _span_const(s)
+    tail = f',"parentSpanId":"{parent[1]:016x}"}}' if parent is not None else "}"
+    return (f'{{"traceId":"{ctx[0]:032x}","spanId":"{ctx[1]:016x}",{head},"startTimeUnixNano":"{s._start_time or 0}",'
+            f'"endTimeUnixNano":"{s._end_time or 0}",{attrs}{tail}')
+
+
+def encode_spans_text(spans: Sequence) -> str:
+    """dumps(encode_spans(spans)), the same JSON (whitespace and key order included)."""
+    out = []
+    for res, scopes in _group(spans, _span_resource, _span_scope):
+        groups = [f'{{"scope":{_scope_text(sc)},"spans":[' + ",".join([span_text(s) for s in items]) + "]}"
+                  for sc, items in scopes]
+        out.append(f'{{"resource":{_resource_text(res)},"scopeSpans":[' + ",".join(groups) + "]}")
+    return '{"resourceSpans":[' + ",".join(out) + "]}"
 
 
 # ---- logs --------------------------------------------------------------------------------------

@@ -7,14 +7,13 @@ A full or read-only disk is reported once; the data is dropped and counted, the 
 """
 from __future__ import annotations
 
-import json
 import os
 
 from evlog import _report, stats
 
 from . import otlp_json
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+_dumps = otlp_json.dumps
 
 
 def make_run_dir(path: str) -> str:
@@ -45,7 +44,11 @@ class RunFolderWriter:
         return self._fd
 
     def write(self, request: dict) -> bool:
-        data = (_dumps(request) + "\n").encode("utf-8", "surrogatepass")
+        return self.write_text(_dumps(request))
+
+    def write_text(self, text: str) -> bool:
+        """Append ``text`` (one JSON document) as one line."""
+        data = (text + "\n").encode("utf-8", "surrogatepass")
         try:
             fd = self._open()
             view = memoryview(data)
@@ -72,14 +75,17 @@ class RunFolderWriter:
 
 
 def span_exporter(run_dir: str):
+    from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    otlp_json.FAST_TYPES.add(ReadableSpan)
 
     class RunFolderSpanExporter(SpanExporter):
         def __init__(self):
             self.writer = RunFolderWriter(run_dir, "traces")
 
         def export(self, spans):
-            ok = self.writer.write(otlp_json.encode_spans(spans))
+            ok = self.writer.write_text(otlp_json.encode_spans_text(spans))
             return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
         def shutdown(self):

@@ -203,6 +203,7 @@ def _starter(kind: str):
     tracer = trace.get_tracer(KINDS[kind][1])
     if _taskspan.usable(tracer):
         start = functools.partial(_taskspan.start, tracer)
+        _taskspan.encoder_patch.install_on_import()
     else:
         def start(name, attrs, parent):
             return tracer.start_span(name, parent, kind=trace.SpanKind.CONSUMER, attributes=attrs)

@@ -25,6 +25,8 @@ from opentelemetry.sdk.trace import sampling
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY
 
+from evlog.exporters import fast_otlp, otlp_json
+
 _logger = logging.getLogger("opentelemetry.sdk.trace")
 _Lock = threading.Lock
 _CONSUMER = SpanKind.CONSUMER  # run apart from its submitter, as dask.execute
@@ -91,6 +93,11 @@ class TaskSpan(sdk_trace.Span):
         proc._on_ending(self)
         proc.on_end(self)  # ended spans refuse every write, so no copy is needed
 
+
+# The OTLP exporters write task spans with evlog.exporters.fast_otlp (installed by the first start()),
+# the run folder with otlp_json's short path.
+encoder_patch = fast_otlp.sdk_patch(TaskSpan)
+otlp_json.FAST_TYPES.add(TaskSpan)
 
 _NEEDS = ("_instrumentation_scope", "_span_limits", "span_processor", "id_generator", "sampler", "_is_enabled")
 

@@ -312,284 +312,66 @@ if hasattr(os, "register_at_fork"):
 
 
 # ---- fast OTLP encoding -------------------------------------------------------------------------
-# Protobuf wire format of opentelemetry/proto/trace/v1/trace.proto, written by hand for FinishedSpan.
+# FinishedSpan's Span message, written by hand with evlog.exporters.fast_otlp's writers; transition
+# events (the bulk of a Dask span) from constant parts shared by many tasks.
 
-_pack_q = struct.Struct("<Q").pack
-_pack_d = struct.Struct("<d").pack
-_KIND = {SpanKind.INTERNAL: b"\x30\x01", SpanKind.SERVER: b"\x30\x02", SpanKind.CLIENT: b"\x30\x03",
-         SpanKind.PRODUCER: b"\x30\x04", SpanKind.CONSUMER: b"\x30\x05"}
-_FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # span flags: has-is-remote
-_FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # ... and the parent is remote
-_STATUS_UNSET = b"\x7a\x00"  # an empty Status message, as the standard encoder writes
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# lengths below 16 KiB: a list lookup, not a call
-_LEN = [bytes((i,)) for i in range(128)] + [bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(128, 1 << 14)]
-
-
-def _ld(tag: bytes, payload: bytes) -> bytes:
-    """A length-delimited field."""
-    n = len(payload)
-    return tag + (_LEN[n] if n < 16384 else _varint(n)) + payload
-
-
-def _str(tag: bytes, s: str) -> bytes:
-    return _ld(tag, s.encode("utf-8", "replace"))
-
-
-def _any(v) -> bytes:
-    """An AnyValue message."""
-    t = type(v)
-    if t is str:
-        return _str(b"\x0a", v)
-    if t is bool:
-        return b"\x10\x01" if v else b"\x10\x00"
-    if t is int:
-        return b"\x18" + (_LEN[v] if 0 <= v < 16384 else _varint(v & 0xFFFFFFFFFFFFFFFF))
-    if t is float:
-        return b"\x21" + _pack_d(v)
-    if t is list or t is tuple:
-        return _ld(b"\x2a", b"".join([_ld(b"\x0a", _any(x)) for x in v]))
-    if t is bytes:
-        return _ld(b"\x3a", v)
-    if isinstance(v, bool):
-        return b"\x10\x01" if v else b"\x10\x00"
-    if isinstance(v, int):
-        return b"\x18" + _varint(int(v) & 0xFFFFFFFFFFFFFFFF)
-    if isinstance(v, float):
-        return b"\x21" + _pack_d(float(v))
-    return _str(b"\x0a", str(v))
-
-
-_key_cache: dict = {}
-
-
-def _kv(key: str, value) -> bytes:
-    """A KeyValue message."""
-    kb = _key_cache.get(key)
-    if kb is None:
-        if len(_key_cache) > 4096:
-            _key_cache.clear()
-        kb = _key_cache[key] = _str(b"\x0a", key)
-    return kb + _ld(b"\x12", _any(value))
-
+from evlog.exporters import fast_otlp as _fo  # noqa: E402
 
 _CACHED_KEYS = frozenset({"dask.task.prefix", "dask.task.group", "dask.worker.address", "dask.task.state",
                           "thread.name", "dask.transfer.source"})
-_field_cache: dict = {}  # (tag, key, text) -> the whole attribute field, for values that repeat
-_EV_TRANSITION_NAME = _str(b"\x12", "transition")
+_EV_TRANSITION_NAME = _fo.text(b"\x12", "transition")
 _tr_cache: dict = {}
-
-
-def _cached_field(tag: bytes, key: str, value: str) -> bytes:
-    k = (tag, key, value)
-    b = _field_cache.get(k)
-    if b is None:
-        if len(_field_cache) > 8192:
-            _field_cache.clear()
-        b = _field_cache[k] = _ld(tag, _kv(key, value))
-    return b
 
 
 def _transition_const(start: str, finish: str, worker) -> bytes:
     """name + start + finish + worker attributes of a transition event: shared by many tasks."""
-    b = _EV_TRANSITION_NAME + _ld(b"\x1a", _kv("dask.transition.start", start)) + _ld(
-        b"\x1a", _kv("dask.transition.finish", finish))
+    b = _EV_TRANSITION_NAME + _fo.ld(b"\x1a", _fo.kv("dask.transition.start", start)) + _fo.ld(
+        b"\x1a", _fo.kv("dask.transition.finish", finish))
     if worker:
-        b += _ld(b"\x1a", _kv("dask.worker.address", worker))
+        b += _fo.ld(b"\x1a", _fo.kv("dask.worker.address", worker))
     if len(_tr_cache) > 8192:
         _tr_cache.clear()
     _tr_cache[(start, finish, worker)] = b
     return b
 
 
-def _text_field(tag: bytes, key: str, value: str) -> bytes:
-    """An attribute field (tag, KeyValue with a string AnyValue), written out inline."""
-    kb = _key_cache.get(key)
-    if kb is None:
-        kb = _key_cache[key] = _str(b"\x0a", key)
-    vb = value.encode("utf-8", "replace")
-    n = len(vb)
-    av = b"\x0a" + (_LEN[n] if n < 16384 else _varint(n)) + vb
-    n = len(av)
-    kv = kb + b"\x12" + (_LEN[n] if n < 16384 else _varint(n)) + av
-    n = len(kv)
-    return tag + (_LEN[n] if n < 16384 else _varint(n)) + kv
-
-
-def _attr_fields(tag: bytes, attrs, out: list) -> None:
-    for k, v in attrs.items():
-        if type(v) is str:
-            if k in _CACHED_KEYS:
-                out.append(_cached_field(tag, k, v))
-            else:
-                out.append(_text_field(tag, k, v))
-        else:
-            out.append(_ld(tag, _kv(k, v)))
-
-
-_head_cache: dict = {}  # (trace id, parent span id) -> their two fields
-
-
-def _head(ctx, parent) -> bytes:
-    """trace_id and parent_span_id fields (the same for every span of one client call).
-    SpanContexts are tuples: [0] trace id, [1] span id, [2] is remote."""
-    if parent is not None:
-        k = (ctx[0], parent[1])
-        b = _head_cache.get(k)
-        if b is None:
-            if len(_head_cache) > 1024:
-                _head_cache.clear()
-            b = _head_cache[k] = b"\x0a\x10" + ctx[0].to_bytes(16, "big") + b"\x22\x08" + parent[1].to_bytes(8, "big")
-        return b
-    return b"\x0a\x10" + ctx[0].to_bytes(16, "big")
-
-
-_name_cache: dict = {}
-
-
 def _span_bytes(s: FinishedSpan, stims: dict) -> bytes:
     # fields in any order: protobuf parsers accept it, and the message written out again is canonical
     ctx = s._context
     parent = s._parent
-    name = _name_cache.get(s._name)
-    if name is None:
-        if len(_name_cache) > 4096:
-            _name_cache.clear()
-        name = _name_cache[s._name] = _str(b"\x2a", s._name)
-    parts = [_head(ctx, parent), b"\x12\x08", ctx[1].to_bytes(8, "big"), name, _KIND[s._kind]]
-    parts.append(b"\x39" + _pack_q(s._start_time) + b"\x41" + _pack_q(s._end_time))
-    _attr_fields(b"\x4a", s._attributes, parts)
+    parts = [_fo.head(ctx, parent), b"\x12\x08", ctx[1].to_bytes(8, "big"), _fo.name_field(s._name),
+             _fo.KIND_FIELD[s._kind.value], _fo.pack_times(0x39, s._start_time, 0x41, s._end_time)]
+    _fo.attr_fields(b"\x4a", s._attributes, parts, _CACHED_KEYS)
     if s.transitions:
         # a transition event: its time, then name + start + finish + worker (the same bytes for many
         # tasks) and the stimulus (shared by the tasks it moved), each written once
         trc = _tr_cache
+        LEN, varint, pack_q = _fo.LEN, _fo.varint, _fo.pack_q
         for _key, start, finish, stim, w, t in s.transitions:
             c = trc.get((start, finish, w)) or _transition_const(start, finish, w)
             sf = stims.get(stim)
             if sf is None:
-                sf = stims[stim] = _text_field(b"\x1a", "dask.stimulus_id", stim or "")
+                sf = stims[stim] = _fo.text_field(b"\x1a", "dask.stimulus_id", stim or "")
             n = 9 + len(c) + len(sf)
-            parts += (b"\x5a", _LEN[n] if n < 16384 else _varint(n), b"\x09", _pack_q(int(t * 1e9)), c, sf)
+            parts += (b"\x5a", LEN[n] if n < 16384 else varint(n), b"\x09", pack_q(int(t * 1e9)), c, sf)
     for name, ts, attrs in s.extra:
-        ev = [b"\x09", _pack_q(ts), _str(b"\x12", name)]
-        _attr_fields(b"\x1a", attrs, ev)
-        parts.append(_ld(b"\x5a", b"".join(ev)))
-    st = s._status
-    if st is None or st.status_code is StatusCode.UNSET:
-        parts.append(_STATUS_UNSET)
-    else:
-        body = (_str(b"\x12", st.description) if st.description else b"") + b"\x18" + _LEN[st.status_code.value]
-        parts.append(_ld(b"\x7a", body))
-    parts.append(_FLAGS_REMOTE if parent is not None and parent[2] else _FLAGS_LOCAL)
+        ev = [b"\x09", _fo.pack_q(ts), _fo.text(b"\x12", name)]
+        _fo.attr_fields(b"\x1a", attrs, ev, _CACHED_KEYS)
+        parts.append(_fo.ld(b"\x5a", b"".join(ev)))
+    parts.append(_fo.status_field(s._status))
+    parts.append(_fo.FLAGS_REMOTE if parent is not None and parent[2] else _fo.FLAGS_LOCAL)
     return b"".join(parts)
 
 
-_res_cache: dict = {}
-
-
-def _resource_bytes(res) -> bytes:
-    hit = _res_cache.get(id(res))
-    if hit is not None and hit[0] is res:
-        return hit[1]
-    from opentelemetry.exporter.otlp.proto.common._internal import _encode_resource
-
-    b = _encode_resource(res).SerializeToString() if res is not None else b""
-    if len(_res_cache) > 64:
-        _res_cache.clear()
-    _res_cache[id(res)] = (res, b)
-    return b
-
-
-_SCOPE_FIELD = _ld(b"\x0a", _str(b"\x0a", SCOPE.name) + _str(b"\x12", SCOPE.version))  # ScopeSpans.scope
+def _writer() -> Callable:
+    stims: dict = {}  # per request: the tasks one stimulus moved share its bytes
+    return lambda s: _span_bytes(s, stims)
 
 
 def encode_request(spans) -> bytes:
     """FinishedSpans -> the bytes of an ExportTraceServiceRequest (one ResourceSpans per resource)."""
-    by_res: dict = {}
-    for s in spans:
-        by_res.setdefault(id(s._resource), (s._resource, []))[1].append(s)
-    out = []
-    stims: dict = {}  # per batch: the tasks one stimulus moved share its bytes
-    pause = pacer()
-    for res, group in by_res.values():
-        parts = [_SCOPE_FIELD]
-        for s in group:
-            parts.append(_ld(b"\x12", _span_bytes(s, stims)))
-            pause()
-        out.append(_ld(b"\x0a", _ld(b"\x0a", _resource_bytes(res)) + _ld(b"\x12", b"".join(parts))))
-    return b"".join(out)
+    return _fo.encode_request(spans, _writer(), pacer())
 
 
-class EncoderPatch:
-    """Gives the OTLP trace exporters (gRPC and HTTP share one encoder) a fast path for FinishedSpan:
-    their ``encode_spans`` is replaced, in each module that holds it, by one that parses the request
-    written by ``encode_request`` (and encodes any other spans as before)."""
-
-    _common = "opentelemetry.exporter.otlp.proto.common._internal.trace_encoder"
-    _holders = (  # modules that hold encode_spans as a global
-        "opentelemetry.exporter.otlp.proto.common._internal.trace_encoder",
-        "opentelemetry.exporter.otlp.proto.common.trace_encoder",
-        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    )
-
-    def __init__(self):
-        self._original: Callable | None = None
-        self._fast: Callable | None = None
-
-    def install(self) -> None:
-        if self._original is not None:
-            return
-        try:
-            import importlib
-
-            original = importlib.import_module(self._common).encode_spans
-            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-                ExportTraceServiceRequest,
-            )
-        except Exception:
-            return  # another exporter version: FinishedSpans take the ordinary path
-
-        def encode_spans(sdk_spans):
-            mine = [s for s in sdk_spans if type(s) is FinishedSpan]
-            if not mine:
-                return original(sdk_spans)
-            try:
-                body = encode_request(mine)
-            except Exception as exc:
-                _report.warn_once("dask-encode", f"fast span encoding failed, using the standard encoder: {exc!r}")
-                return original(sdk_spans)
-            if len(mine) == len(sdk_spans):
-                return ExportTraceServiceRequest.FromString(body)
-            request = original([s for s in sdk_spans if type(s) is not FinishedSpan])
-            request.MergeFromString(body)  # appends these resource_spans
-            return request
-
-        encode_spans.__wrapped__ = original
-        self._original, self._fast = original, encode_spans
-        for name in self._holders:
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(mod, "encode_spans", None) is original:
-                mod.encode_spans = encode_spans
-
-    def uninstall(self) -> None:
-        if self._original is None:
-            return
-        for name in self._holders:
-            mod = sys.modules.get(name)
-            if mod is not None and getattr(mod, "encode_spans", None) is self._fast:
-                mod.encode_spans = self._original
-        self._original = self._fast = None
-
-
-encoder_patch = EncoderPatch()
+EncoderPatch = _fo.EncoderPatch
+encoder_patch = EncoderPatch(FinishedSpan, _writer, pauser=pacer)
