@@ -7,7 +7,8 @@ other span costs one dict lookup (unless core or esat is on: then every span is 
 does). Sub-events are built from the ring when the log is fetched. Sampled readings (load average,
 free memory, the process's resident bytes) are taken at most every ``sample_period_s`` (on the first
 recorded span after the period, or at metric collection), never per span; the bytes held by a Dask
-worker (``WorkerState.nbytes``) are read per event, being a plain attribute.
+worker (``WorkerState.nbytes``) are read per event, being a plain attribute (and the resident bytes are
+then not read at all).
 
 No lock is taken per span: see the comment on the hot path.
 """
@@ -158,11 +159,11 @@ class BuiltinLog(SpanProcessor):
     def _sample(self, t: int) -> None:
         self._next_sample = t + self._period_ns
         r = self._readings
+        if self._want_bytes:
+            self._dstate = dask_state()  # a Dask worker's bytes stand for the process's: no rss then
         self._samp = (r.loadavg() if self._want_load else _NAN,
                       r.mem_free(t) if self._want_mem else _NAN,
-                      r.rss(t) if self._want_bytes else 0)
-        if self._want_bytes:
-            self._dstate = dask_state()
+                      r.rss(t) if self._want_bytes and self._dstate is None else 0)
         if len(self._open) > _OPEN_MAX or len(self._cells) > _CELLS_MAX:  # spans never ended, threads gone
             with self._lock:
                 if len(self._open) > _OPEN_MAX:
