@@ -6,9 +6,11 @@ worker process, a ``multiprocessing.Process`` child), it runs ``fn`` inside one 
 current at submission, with that context attached, so the user's own spans nest under it.
 
 Threads get the submitter's whole OTel Context object. Processes get it by pickle: ``Task`` pickles
-as ``(fn, kind, (trace_id, span_id, flags, tracestate, baggage))``, and only when ``fn`` pickles, so
-an unpicklable function fails exactly as it would without evlog (the same exception from the same
-place). On failure the span gets ERROR status and the exception as an event, and the exception goes
+as ``(fn, blob)``, the blob being ``(kind, (trace_id, span_id, flags, tracestate, baggage))`` pickled
+once per submitter context, and only when ``fn`` pickles, so an unpicklable function fails exactly as
+it would without evlog (the same exception from the same place). The process that runs the tasks
+keeps one Task per (function, blob): the items of one ``imap`` or ``map`` restore their context and
+name once. On failure the span gets ERROR status and the exception as an event, and the exception goes
 on to the pool unchanged.
 
 The span is an SDK span made the cheap way (``_taskspan``), started and ended around the call in the
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import pickle
 import threading
+from types import BuiltinFunctionType, FunctionType
 
 from opentelemetry import baggage as _baggage
 from opentelemetry import context as _ctx
 from opentelemetry import trace
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from evlog import _report
@@ -54,10 +59,17 @@ _EMPTY = _ctx.Context()
 _last: tuple = (None, None)  # the last portable tuple restored, and its Context
 _attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
 _set_span = trace.set_span_in_context
+_Context = _ctx.Context
+# The current Context lives in one ContextVar; with the SDK's runtime context, set and reset it directly.
+_runtime = getattr(_ctx, "_RUNTIME_CONTEXT", None)
+_var = _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
+_partial = functools.partial
 
 _starters: dict = {}  # kind -> start(name, attributes, parent Context) -> span; a fork keeps them
 _names: dict = {}  # (kind, named_callable(fn)) -> (span name, attributes); bounded
 _open: dict = {}  # id(span) -> span of tasks running now in this process
+_blobs: dict = {}  # (kind, id(Context)) -> (Context, pickled (kind, portable form)): one per submitter context
+_received: dict = {}  # (function, pickled context) -> Task, in the process that runs them: one per submitter
 
 
 def current():
@@ -68,8 +80,11 @@ def current():
 
 def wrap(fn, kind: str):
     """``fn`` as a Task carrying the current context; ``fn`` itself when suppressed or already wrapped."""
-    if type(fn) is Task:
+    t = type(fn)
+    if t is Task:
         return fn
+    if t is _partial and type(fn.func) is FunctionType and (fn.func.__module__ or "").startswith(MACHINERY):
+        return fn  # the pools' own chunks (partial(_process_chunk, task, ...)), once per item: the short way
     ctx = _get_current()
     if ctx.get(_SUPPRESS) or is_machinery(fn):
         return fn
@@ -119,27 +134,55 @@ def _restore(carried):
     return ctx
 
 
-def _rebuild(fn, kind, carried):
-    return Task(fn, kind, carried, carried)
+def _blob(kind: str, parent) -> bytes:
+    """What a Task pickles besides its function: (kind, portable context), pickled once per context."""
+    if type(parent) is not _Context:
+        return pickle.dumps((kind, portable(parent)), pickle.HIGHEST_PROTOCOL)
+    key = (kind, id(parent))
+    hit = _blobs.get(key)
+    if hit is not None and hit[0] is parent:
+        return hit[1]
+    blob = pickle.dumps((kind, portable(parent)), pickle.HIGHEST_PROTOCOL)
+    if len(_blobs) > 256:
+        _blobs.clear()
+    _blobs[key] = (parent, blob)
+    return blob
+
+
+def _rebuild(fn, blob: bytes):
+    """The Task again, in the process that runs it. Tasks of one function from one submitter context
+    (imap's items, a map's chunks) are one Task here, so its context and name are worked out once."""
+    if type(fn) is FunctionType or type(fn) is BuiltinFunctionType:  # long-lived: safe to keep
+        key = (fn, blob)
+        task = _received.get(key)
+        if task is None:
+            if len(_received) > 256:
+                _received.clear()
+            kind, carried = pickle.loads(blob)
+            task = _received[key] = Task(fn, kind, carried, blob)
+        return task
+    kind, carried = pickle.loads(blob)
+    return Task(fn, kind, carried, blob)
 
 
 class Task:
     """A user's function with the submitter's context; calling it runs the function in a task span."""
 
-    __slots__ = ("fn", "kind", "parent", "carried")
+    __slots__ = ("fn", "kind", "parent", "carried", "how")
 
     def __init__(self, fn, kind: str, parent, carried=_NOT_YET):
         self.fn = fn
         self.kind = kind
         self.parent = parent  # an OTel Context (same process) or a portable tuple (after pickling)
-        self.carried = carried  # the portable form, made once (imap pickles one Task per item)
+        self.carried = carried  # the pickled (kind, portable form), made once (imap pickles one Task per item)
+        self.how = None  # (span name, attributes, start) once known
 
     def __reduce__(self):
         carried = self.carried
         if carried is _NOT_YET:
-            carried = self.carried = portable(self.parent)
+            carried = self.carried = _blob(self.kind, self.parent)
         # fn first: if it does not pickle, pickling fails exactly where and how it would without evlog.
-        return _rebuild, (self.fn, self.kind, carried)
+        return _rebuild, (self.fn, carried)
 
     def __repr__(self):
         return f"<evlog task {self.fn!r}>"
@@ -164,20 +207,41 @@ class Task:
 
 def _begin(task: Task):
     parent = task.parent
-    if type(parent) is not _ctx.Context:
+    if type(parent) is not _Context:
         parent = task.parent = restore(parent)
-    kind = task.kind
-    name, attrs = _describe(kind, task.fn)
-    if kind in THREAD_KINDS:
-        attrs = {**attrs, "thread.name": threading.current_thread().name}
-    span = (_starters.get(kind) or _starter(kind))(name, attrs, parent)
+    how = task.how
+    if how is None:
+        how = _how(task)
+    name, attrs, start = how
+    if start is None:  # a thread kind: its thread's name; or a starter not settled yet
+        kind = task.kind
+        if kind in THREAD_KINDS:
+            attrs = {**attrs, "thread.name": threading.current_thread().name}
+        start = _starters.get(kind) or _starter(kind)
+    span = start(name, attrs, parent)
     _open[id(span)] = span
-    return span, _attach(_set_span(span, parent))
+    if _var is None:
+        return span, _attach(_set_span(span, parent))
+    ctx = parent.copy()  # set_span_in_context + attach, the short way
+    ctx[_SPAN] = span
+    return span, _var.set(_Context(ctx))
+
+
+def _how(task: Task) -> tuple:
+    name, attrs = _describe(task.kind, task.fn)
+    start = _starters.get(task.kind)
+    how = (name, attrs, None if task.kind in THREAD_KINDS else start)
+    if start is not None:  # settled for this process: kept on the task
+        task.how = how
+    return how
 
 
 def _end(span, token) -> None:
     try:
-        _detach(token)
+        if _var is None:
+            _detach(token)
+        else:
+            _var.reset(token)
         if _open.pop(id(span), None) is not None:
             span.end()
     except Exception as exc:

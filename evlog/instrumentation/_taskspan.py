@@ -7,7 +7,9 @@ about 3.5 µs. ``start()`` does what ``Tracer.start_span`` does (the provider's 
 resource, scope, limits and span processors, ``on_start`` in the running thread) but makes a
 ``TaskSpan``: an SDK ``Span`` whose attribute, event and link containers are created only when
 something writes to them, and which hands itself to ``on_end`` instead of a copy. The default sampler
-(parent-based, always on) is decided inline; any other is asked as usual.
+(parent-based, always on) is decided inline, and the SDK's random id generator's ids are drawn
+inline; any other sampler or generator is asked as usual. With the SDK's synchronous multi-processor,
+the span processors' hooks are called directly, less those whose body is ``pass``.
 
 Anything that is not the SDK's own tracer (no SDK set up, a vendor's provider) gets the ordinary
 ``tracer.start_span``.
@@ -15,14 +17,16 @@ Anything that is not the SDK's own tracer (no SDK set up, a vendor's provider) g
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from time import time_ns as _time_ns
 
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
-from opentelemetry.sdk.trace import sampling
-from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, sampling
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.trace import DEFAULT_TRACE_STATE, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from evlog.exporters import fast_otlp, otlp_json
@@ -33,6 +37,8 @@ _CONSUMER = SpanKind.CONSUMER  # run apart from its submitter, as dask.execute
 _UNSET = sdk_trace.Status(sdk_trace.StatusCode.UNSET)
 _FLAGS = tuple(TraceFlags(i) for i in range(4))  # [sampled (1) | random trace id (2)]
 _new = object.__new__
+_tuple_new = tuple.__new__
+_getrandbits = random.getrandbits
 _STATIC_ON = (sampling.DEFAULT_ON, sampling.ALWAYS_ON)
 
 
@@ -81,6 +87,8 @@ class TaskSpan(sdk_trace.Span):
             self._links = self._new_links(())
         super()._add_link(link)
 
+    _hooks = None  # the processors' hooks, as start() found them (None: through _span_processor)
+
     def end(self, end_time: int | None = None) -> None:
         with self._lock:
             if self._end_time is not None:
@@ -89,9 +97,53 @@ class TaskSpan(sdk_trace.Span):
             self._end_time = end_time if end_time is not None else _time_ns()
         if type(self._attributes) is not dict:
             self._attributes._immutable = True
-        proc = self._span_processor
-        proc._on_ending(self)
-        proc.on_end(self)  # ended spans refuse every write, so no copy is needed
+        hooks = self._hooks
+        if hooks is None:
+            proc = self._span_processor
+            proc._on_ending(self)
+            proc.on_end(self)  # ended spans refuse every write, so no copy is needed
+            return
+        for hook in hooks[2]:
+            hook(self)
+        for hook in hooks[3]:
+            hook(self)
+
+
+def _noop_body(self, span=None, parent_context=None):
+    pass
+
+
+_NOOP = _noop_body.__code__.co_code
+
+
+def _does_something(cls, name: str) -> bool:
+    """Is ``cls.name`` anything but a function whose body is ``pass`` (SpanProcessor's and the batch
+    processor's on_start and _on_ending)?"""
+    code = getattr(getattr(cls, name, None), "__code__", None)
+    return code is None or code.co_code != _NOOP
+
+
+_hooks_cache: dict = {}  # id(processors tuple) -> (tuple, on_start, _on_ending, on_end hooks)
+
+
+def _processor_hooks(proc):
+    """What SynchronousMultiSpanProcessor would call, as bound methods, less the hooks that do
+    nothing: one loop per event instead of a call per processor through the multi-processor.
+    None for any other kind of span processor. Follows add_span_processor (a new tuple)."""
+    if type(proc) is not SynchronousMultiSpanProcessor:
+        return None
+    procs = proc._span_processors
+    hit = _hooks_cache.get(id(procs))
+    if hit is not None and hit[0] is procs:
+        return hit
+    hit = (procs,
+           tuple(p.on_start for p in procs if _does_something(type(p), "on_start")),
+           tuple(p._on_ending for p in procs if _does_something(type(p), "_on_ending")),
+           tuple(p.on_end for p in procs))
+    if len(_hooks_cache) > 16:
+        _hooks_cache.clear()
+    _hooks_cache[id(procs)] = hit
+    return hit
 
 
 # The OTLP exporters write task spans with evlog.exporters.fast_otlp (installed by the first start()),
@@ -115,24 +167,37 @@ def start(tracer, name: str, attributes: dict, parent) -> trace.Span:
     if not tracer._is_enabled():
         return NonRecordingSpan(psc or trace.INVALID_SPAN_CONTEXT)
     ids = tracer.id_generator
+    random_ids = type(ids) is RandomIdGenerator  # its ids, drawn here the way it draws them
     if psc is None or not psc.is_valid:
         psc = None
-        trace_id = ids.generate_trace_id()
-        random_id = 2 if ids.is_trace_id_random() else 0
+        if random_ids:
+            trace_id = _getrandbits(128)
+            while not trace_id:
+                trace_id = _getrandbits(128)
+            random_id = 2
+        else:
+            trace_id = ids.generate_trace_id()
+            random_id = 2 if ids.is_trace_id_random() else 0
     else:
         trace_id = psc.trace_id
         random_id = psc.trace_flags & 2
     sampler = tracer.sampler
     if sampler in _STATIC_ON:
         sampled = recording = psc is None or sampler is sampling.ALWAYS_ON or psc.trace_flags & 1
-        state = psc.trace_state if psc is not None else None
+        state = psc.trace_state if psc is not None else DEFAULT_TRACE_STATE
     else:
         result = sampler.should_sample(parent, trace_id, name, _CONSUMER, attributes, ())
         sampled = 1 if result.decision.is_sampled() else 0
         recording = result.decision.is_recording()
-        state = result.trace_state
+        state = result.trace_state if result.trace_state is not None else DEFAULT_TRACE_STATE
         attributes = dict(result.attributes) if result.attributes else {}
-    sc = SpanContext(trace_id, ids.generate_span_id(), False, _FLAGS[sampled | random_id], state)
+    if random_ids:  # valid ids: the SpanContext made without checking them again
+        span_id = _getrandbits(64)
+        while not span_id:
+            span_id = _getrandbits(64)
+        sc = _tuple_new(SpanContext, (trace_id, span_id, False, _FLAGS[sampled | random_id], state, True))
+    else:
+        sc = SpanContext(trace_id, ids.generate_span_id(), False, _FLAGS[sampled | random_id], state)
     if not recording:
         return NonRecordingSpan(sc)
     span = _new(TaskSpan)
@@ -146,5 +211,11 @@ def start(tracer, name: str, attributes: dict, parent) -> trace.Span:
     span._limits = tracer._span_limits
     span._lock = _Lock()
     span._start_time = _time_ns()
-    proc.on_start(span, parent_context=parent)
+    hooks = _processor_hooks(proc)
+    if hooks is None:
+        proc.on_start(span, parent_context=parent)
+    else:
+        span._hooks = hooks
+        for hook in hooks[1]:
+            hook(span, parent_context=parent)
     return span
