@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -32,42 +31,90 @@ _KEYS = {
 }
 
 
-@dataclass(frozen=True)
-class Exporters:
+class _Record:
+    """A small frozen record, as a frozen dataclass would be (dataclasses costs every process about
+    10 ms of imports at start-up). FIELDS: name -> default, or a zero-argument factory of it."""
+
+    FIELDS: dict = {}
+
+    def __init__(self, **kw: Any):
+        unknown = set(kw) - set(self.FIELDS)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unexpected field(s) {', '.join(sorted(unknown))}")
+        for name, default in self.FIELDS.items():
+            object.__setattr__(self, name, kw[name] if name in kw else default() if callable(default) else default)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen; use with_overrides()")
+
+    def _values(self) -> dict:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self._values() == other._values()
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._values().items())})"
+
+    def with_overrides(self, **kw: Any):
+        return type(self)(**{**self._values(), **kw})
+
+
+class Exporters(_Record):
     """Where each signal goes. kinds per signal: file, otlp, console, none, or an entry-point name."""
 
-    embedded: bool = True
-    traces: tuple[str, ...] = ("file",)
-    metrics: tuple[str, ...] = ("file",)
-    logs: tuple[str, ...] = ("file",)
-    protocol: Mapping[str, str] = field(default_factory=lambda: {s: "grpc" for s in SIGNALS})
-    endpoint: str | None = None  # for the summary: the general or traces endpoint
+    FIELDS = {
+        "embedded": True,
+        "traces": ("file",),
+        "metrics": ("file",),
+        "logs": ("file",),
+        "protocol": lambda: {s: "grpc" for s in SIGNALS},
+        "endpoint": None,  # for the summary: the general or traces endpoint
+    }
+    embedded: bool
+    traces: tuple[str, ...]
+    metrics: tuple[str, ...]
+    logs: tuple[str, ...]
+    protocol: Mapping[str, str]
+    endpoint: str | None
 
     def for_signal(self, signal: str) -> tuple[str, ...]:
         return getattr(self, signal)
 
 
-@dataclass(frozen=True)
-class Settings:
-    config_file: str | None = None
-    run_dir: str | None = None
-    capture: str = "metadata"
-    consumers: tuple[str, ...] = DEFAULT_CONSUMERS
-    redact: tuple[str, ...] = ()
-    dask_transitions: bool = True
-    summary: bool = True
-    sdk_disabled: bool = False
-    disabled_instrumentations: frozenset[str] = frozenset()
-    exporters: Exporters = field(default_factory=Exporters)
-    extra: Mapping[str, Any] = field(default_factory=dict)  # other top-level YAML sections
-    problems: tuple[str, ...] = ()
+class Settings(_Record):
+    FIELDS = {
+        "config_file": None,
+        "run_dir": None,
+        "capture": "metadata",
+        "consumers": DEFAULT_CONSUMERS,
+        "redact": (),
+        "dask_transitions": True,
+        "summary": True,
+        "sdk_disabled": False,
+        "disabled_instrumentations": frozenset(),
+        "exporters": Exporters,
+        "extra": dict,  # other top-level YAML sections
+        "problems": (),
+    }
+    config_file: str | None
+    run_dir: str | None
+    capture: str
+    consumers: tuple[str, ...]
+    redact: tuple[str, ...]
+    dask_transitions: bool
+    summary: bool
+    sdk_disabled: bool
+    disabled_instrumentations: frozenset[str]
+    exporters: Exporters
+    extra: Mapping[str, Any]
+    problems: tuple[str, ...]
 
     def instrumentation_enabled(self, name: str) -> bool:
         d = self.disabled_instrumentations
         return not ("*" in d or name in d or f"evlog_{name}" in d)
-
-    def with_overrides(self, **kw: Any) -> "Settings":
-        return replace(self, **kw)
 
 
 def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settings:

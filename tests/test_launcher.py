@@ -211,7 +211,7 @@ def test_user_sitecustomize_still_runs_and_setup_happens_once(tmp_path):
     from opentelemetry import trace
     with trace.get_tracer('t').start_as_current_span('once'): pass
     """
-    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=site)
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     run_instrumented(code, env=env, check=True)
     assert [s["name"] for s in read_run_folder(str(tmp_path / "r"))["spans"]] == ["once"]
 
@@ -282,7 +282,7 @@ def test_other_installed_instrumentors_activate_when_their_library_is_imported(t
     assert os.environ.get("FAKE_ONYAML") == "1"
     print("checked")
     """
-    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=site)
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
     proc = run_instrumented(code, env=env, check=True)
     assert b"checked" in proc.stdout
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "always"

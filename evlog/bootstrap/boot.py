@@ -6,6 +6,8 @@ configurator entry point (plain opentelemetry-instrument) and from evlog.configu
 from __future__ import annotations
 
 import os
+import sys
+import threading
 
 from evlog import _report, config
 
@@ -91,13 +93,11 @@ def _join_parent_trace() -> None:
 
 
 def _instrument(settings) -> None:
-    import wrapt
-
     from evlog.instrumentation import TARGETS
 
     for name, (module, target) in TARGETS.items():
         if settings.instrumentation_enabled(name):
-            wrapt.register_post_import_hook(_activator(name, target), module)
+            when_imported(module, _activator(name, target), after_otel=True)
     from . import others
 
     others.activate(settings)
@@ -132,17 +132,23 @@ def active_instrumentors() -> dict:
 
 
 def _install_consumers(settings) -> None:
+    """The default consumers come with the tracer provider: installed when it is built (first use)."""
     if not settings.consumers:
         return
-    try:
-        import importlib
+    from . import sdk
 
-        processors = importlib.import_module("evlog.processors")
-        install = getattr(processors, "install_default", None)
-        if install:
-            install(settings)
-    except Exception as exc:
-        _report.warn_once("consumers", f"the consumers could not start: {exc!r}")
+    def install_consumers(tracer_provider) -> None:
+        try:
+            import importlib
+
+            processors = importlib.import_module("evlog.processors")
+            install = getattr(processors, "install_default", None)
+            if install:
+                install(settings, tracer_provider, sdk.providers()[2])
+        except Exception as exc:
+            _report.warn_once("consumers", f"the consumers could not start: {exc!r}")
+
+    sdk.when_built("traces", install_consumers)
 
 
 def _install_console(settings) -> None:
@@ -156,3 +162,103 @@ def _install_console(settings) -> None:
         console.install(settings)
     except Exception as exc:
         _report.warn_once("console", f"console capture could not start: {exc!r}")
+
+
+# -- post-import hooks ------------------------------------------------------------------------------
+# evlog's own, light ones (wrapt's module imports importlib.metadata, which every process would pay at
+# start-up). One finder first on sys.meta_path: it wraps the loader of a watched module, and of every
+# opentelemetry.* module so that it knows when OpenTelemetry is being imported in this thread.
+
+_hooks: dict = {}  # module name -> [(hook, after_otel), ...], until that module is imported
+_hooks_lock = threading.RLock()
+_thread = threading.local()  # .depth: OpenTelemetry imports in progress; .pending: hooks waiting for them
+_finder = None
+
+
+def when_imported(name: str, hook, *, after_otel: bool = False) -> None:
+    """Call ``hook(module)`` once module ``name`` has been imported (at once if it is already).
+
+    With ``after_otel``, never in the middle of an OpenTelemetry import in the same thread (e.g. asyncio,
+    hence concurrent.futures, imported by opentelemetry.trace): the hook would find OpenTelemetry half
+    made; it runs as soon as that import is complete."""
+    global _finder
+    with _hooks_lock:
+        if _finder is None:
+            _finder = _Finder()
+            sys.meta_path.insert(0, _finder)
+        module = sys.modules.get(name)
+        if module is None:
+            _hooks.setdefault(name, []).append((hook, after_otel))
+            return
+    _run(hook, module, after_otel)
+
+
+def _run(hook, module, after_otel: bool) -> None:
+    if after_otel and getattr(_thread, "depth", 0):
+        _thread.pending.append((hook, module))
+        return
+    try:
+        hook(module)
+    except Exception as exc:
+        _report.warn_once(f"import-hook-{module.__name__}", f"set-up on import of {module.__name__} failed: {exc!r}")
+
+
+class _Finder:
+    """Finds nothing itself: asks the finders after it, and wraps the loader of modules it watches."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _hooks and not name.startswith("opentelemetry."):
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(name, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Loader(spec.loader, name)
+        return spec
+
+
+class _Loader:
+    """The module's own loader, then the module's hooks."""
+
+    def __init__(self, loader, name: str):
+        self.loader = loader
+        self.name = name
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        if getattr(module, "__loader__", None) is self:  # the module keeps its real loader
+            module.__loader__ = self.loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self.loader
+        otel = self.name.startswith("opentelemetry.")
+        if otel:
+            if not hasattr(_thread, "depth"):
+                _thread.depth, _thread.pending = 0, []
+            _thread.depth += 1
+        try:
+            self.loader.exec_module(module)
+        finally:
+            if otel:
+                _thread.depth -= 1
+        with _hooks_lock:
+            hooks = _hooks.pop(self.name, ())
+        module = sys.modules.get(self.name, module)
+        parent, _, child = self.name.rpartition(".")
+        if hooks and parent in sys.modules:  # as the import system does next: a hook may use parent.child
+            setattr(sys.modules[parent], child, module)
+        for hook, after_otel in hooks:
+            _run(hook, module, after_otel)
+        if otel and not _thread.depth and _thread.pending:
+            waiting, _thread.pending = _thread.pending, []
+            for hook, mod in waiting:
+                _run(hook, mod, False)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)

@@ -34,11 +34,9 @@ def _deferred(name: str):
             return []
 
         def _instrument(self, **kwargs):
-            import wrapt
-
             from . import boot
 
-            wrapt.register_post_import_hook(boot._activator(name, target), module)
+            boot.when_imported(module, boot._activator(name, target), after_otel=True)
 
         def _uninstrument(self, **kwargs):
             inst = boot_active().pop(name, None)

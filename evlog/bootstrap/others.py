@@ -92,7 +92,7 @@ def activate(settings) -> None:
         entries = json.loads(raw)
     except ValueError:
         return
-    import wrapt
+    from .boot import when_imported
 
     for name, target, modules in entries:
         if not settings.instrumentation_enabled(name):
@@ -101,7 +101,7 @@ def activate(settings) -> None:
         if not modules:
             hook(None)
         for m in modules:
-            wrapt.register_post_import_hook(hook, m)
+            when_imported(m, hook, after_otel=True)
 
 
 _done: set = set()

@@ -1,5 +1,13 @@
 """SDK set-up: one TracerProvider, LoggerProvider and MeterProvider per process, set as OTel globals.
 
+Each provider is built when it is first used, not at start-up: every child process pays its start-up,
+and a process that never makes a span, an event or a metric point never imports that part of the
+SDK (nor its exporters). What stands in as the global until then is a ``Lazy*Provider`` of this module:
+it is set as the OTel global as soon as the OTel API module of its signal is imported (a post-import
+hook), and it builds the real SDK provider, with its processors or readers and exporters, on the first
+call that needs it (get_tracer, get_logger, get_meter, or any other attribute of the SDK provider).
+``when_built`` runs set-up that belongs with a provider (evlog's consumers, console marks) then.
+
 The user's OTEL_* values always win: the sampler and OTEL_BSP_*/OTEL_BLRP_* are read by the SDK itself,
 exporters read their own variables, and evlog's defaults (a larger span queue, a 1 s batch delay, a 5 s
 metric interval) apply only where the variable is unset. Resource attributes from
@@ -7,16 +15,17 @@ OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME override evlog's.
 """
 from __future__ import annotations
 
-import logging
 import os
-import socket
 import sys
-import uuid
+import threading
 
 from evlog import _report, stats
 from evlog.exporters import select
 
-_providers: list = []  # (tracer, logger, meter) providers of this process, for flush and resource updates
+_providers: list = []  # the (traces, logs, metrics) Lazy*Providers of this process, for flush and resource updates
+_attrs: dict = {}  # this process's resource attributes: evlog's, the user's over them, then update_resource()'s
+_lock = threading.RLock()  # held while a provider is built (re-entered when one build needs another)
+select.hold_across_fork(_lock)  # a fork waits for a build: half-imported SDK modules would stay broken in the child
 # evlog's defaults where the user set nothing. Queues: 4-8 times the SDK's 2,048, which overflows at
 # bursts of about 10,000 spans/s; a queued span or log record holds about 2 KB, so a dead collector
 # costs at most about 50 MB (measured: tests/test_faults.py, a million spans and events).
@@ -45,35 +54,67 @@ def service_name() -> str:
 
 
 def process_attributes() -> dict:
+    b = bytearray(os.urandom(16))  # a random (version 4) UUID, as uuid.uuid4().hex, without importing uuid
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
     return {
         "process.pid": os.getpid(),
         "process.parent_pid": os.getppid(),
-        "service.instance.id": uuid.uuid4().hex,
+        "service.instance.id": b.hex(),
     }
+
+
+def _host_name() -> str:
+    try:
+        return os.uname().nodename
+    except AttributeError:  # not POSIX
+        import socket
+
+        return socket.gethostname()
+
+
+def _user_attributes() -> dict:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read as the SDK's OTELResourceDetector reads them."""
+    out = {}
+    raw = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    if raw:
+        from urllib.parse import unquote
+
+        for item in raw.split(","):
+            key, eq, value = item.partition("=")
+            if not eq:
+                _report.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES: {item!r} is not key=value; ignoring it")
+                continue
+            out[key.strip()] = unquote(value.strip())
+    if os.environ.get("OTEL_SERVICE_NAME"):
+        out["service.name"] = os.environ["OTEL_SERVICE_NAME"]
+    return out
+
+
+def resource_attributes() -> dict:
+    """This process's resource attributes (a copy): what every provider it builds carries."""
+    if not _attrs:
+        _attrs.update({
+            "telemetry.sdk.language": "python",
+            "telemetry.sdk.name": "opentelemetry",
+            "telemetry.distro.name": "evlog",
+            "service.name": service_name(),
+            "host.name": _host_name(),
+            "process.runtime.name": sys.implementation.name,
+            "process.executable.name": os.path.basename(sys.executable or "python"),
+            **process_attributes(),
+        })
+        run_id = os.environ.get("EVLOG_RUN_ID")
+        if run_id:
+            _attrs["evlog.run.id"] = run_id
+        _attrs.update(_user_attributes())
+    return dict(_attrs)
 
 
 def build_resource():
-    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+    from opentelemetry.sdk.resources import Resource
 
-    attrs = {
-        "telemetry.sdk.language": "python",
-        "telemetry.sdk.name": "opentelemetry",
-        "telemetry.distro.name": "evlog",
-        "service.name": service_name(),
-        "host.name": socket.gethostname(),
-        "process.runtime.name": sys.implementation.name,
-        "process.executable.name": os.path.basename(sys.executable or "python"),
-        **process_attributes(),
-    }
-    run_id = os.environ.get("EVLOG_RUN_ID")
-    if run_id:
-        attrs["evlog.run.id"] = run_id
-    try:
-        user = OTELResourceDetector().detect()
-    except Exception as exc:
-        _report.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES could not be read ({exc}); ignoring it")
-        user = Resource.get_empty()
-    return Resource(attrs).merge(user)
+    return Resource(resource_attributes())
 
 
 def _counting(cls, hook: str):
@@ -95,79 +136,229 @@ def _counting(cls, hook: str):
     return Counting
 
 
-def setup(settings) -> bool:
-    """Set the three providers up from ``settings``; returns False if the SDK is disabled."""
-    if settings.sdk_disabled:
-        return False
-    from opentelemetry import metrics, trace
-    from opentelemetry._logs import set_logger_provider
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+# signal -> provider class, its method that adds a processor, batch processor class, the processor's
+# per-item method, managed exporter, variable prefix of the queue settings
+_BATCHED = {
+    "traces": ("opentelemetry.sdk.trace:TracerProvider", "add_span_processor",
+               "opentelemetry.sdk.trace.export:BatchSpanProcessor", "on_end", "managed_span_exporter", "OTEL_BSP"),
+    "logs": ("opentelemetry.sdk._logs:LoggerProvider", "add_log_record_processor",
+             "opentelemetry.sdk._logs.export:BatchLogRecordProcessor", "on_emit", "managed_log_exporter", "OTEL_BLRP"),
+}
+
+
+def _build_batched(signal: str, makers, resource):
+    """A TracerProvider or LoggerProvider with one counting batch processor per exporter."""
+    provider_cls, add, batch_cls, hook, managed, env = _BATCHED[signal]
+    processor = _counting(_load(batch_cls), hook)
+    provider = _load(provider_cls)(resource=resource, shutdown_on_exit=False)
+    for make in makers:
+        getattr(provider, add)(processor(
+            getattr(select, managed)(make),
+            max_queue_size=_default(f"{env}_MAX_QUEUE_SIZE"),
+            schedule_delay_millis=_default(f"{env}_SCHEDULE_DELAY"),
+        ))
+    return provider
+
+
+def _load(name: str):
+    import importlib
+
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _build_metrics(makers, resource):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    route_sdk_logging()
-    BatchSpanProcessor = _counting(BatchSpanProcessor, "on_end")  # noqa: N806
-    BatchLogRecordProcessor = _counting(BatchLogRecordProcessor, "on_emit")  # noqa: N806
-    resource = build_resource()
-    ex = settings.exporters
+    readers = [
+        PeriodicExportingMetricReader(
+            select.managed_metric_exporter(make), export_interval_millis=_default("OTEL_METRIC_EXPORT_INTERVAL"))
+        for make in makers
+    ]
+    return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
-    tp = TracerProvider(resource=resource, shutdown_on_exit=False)
-    for kind in ex.traces:
-        make = select.factory("traces", kind, settings)
-        if make:
-            tp.add_span_processor(
-                BatchSpanProcessor(
-                    select.managed_span_exporter(make),
-                    max_queue_size=_default("OTEL_BSP_MAX_QUEUE_SIZE"),
-                    schedule_delay_millis=_default("OTEL_BSP_SCHEDULE_DELAY"),
-                )
-            )
-    lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
-    for kind in ex.logs:
-        make = select.factory("logs", kind, settings)
-        if make:
-            lp.add_log_record_processor(
-                BatchLogRecordProcessor(
-                    select.managed_log_exporter(make),
-                    max_queue_size=_default("OTEL_BLRP_MAX_QUEUE_SIZE"),
-                    schedule_delay_millis=_default("OTEL_BLRP_SCHEDULE_DELAY"),
-                )
-            )
-    readers = []
-    for kind in ex.metrics:
-        make = select.factory("metrics", kind, settings)
-        if make:
-            readers.append(
-                PeriodicExportingMetricReader(
-                    select.managed_metric_exporter(make),
-                    export_interval_millis=_default("OTEL_METRIC_EXPORT_INTERVAL"),
-                )
-            )
-    mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
-    trace.set_tracer_provider(tp)
-    set_logger_provider(lp)
-    metrics.set_meter_provider(mp)
-    _providers[:] = [tp, lp, mp]
+class _LazyProvider:
+    """Stands in for one SDK provider as the OTel global; builds it (once) on first real use.
+
+    Methods of the SDK provider that need no provider yet (force_flush, shutdown, resource updates) do
+    nothing until it is built; every other attribute is the built provider's."""
+
+    SIGNAL = ""
+    NOOP = ""  # the API's no-op provider, what a provider that cannot be built falls back to
+
+    def __init__(self, settings):
+        # One constructor per exporter of the signal; made now, so a bad exporter name is reported at start.
+        self._kinds = tuple(getattr(settings.exporters, self.SIGNAL))
+        self._makers = [m for m in (select.factory(self.SIGNAL, kind, settings) for kind in self._kinds) if m]
+        self._real = None
+        self._making = None  # the provider being built (its own set-up may use it already)
+        self._callbacks: list = []
+
+    @property
+    def built(self) -> bool:
+        return self._real is not None
+
+    def real(self):
+        """The SDK provider, built now if it is not yet."""
+        real = self._real
+        if real is not None:
+            return real
+        with _lock:
+            if self._real is not None:
+                return self._real
+            if self._making is not None:
+                return self._making
+            try:
+                route_sdk_logging()
+                _before_exporters(self._kinds)
+                from opentelemetry.sdk.resources import Resource
+
+                made = BUILD[self.SIGNAL](self._makers, Resource(resource_attributes()))
+            except Exception as exc:
+                _report.warn_once(f"sdk-build-{self.SIGNAL}", f"the OpenTelemetry SDK for {self.SIGNAL} could not "
+                                  f"be set up; this process's {self.SIGNAL} go nowhere: {exc!r}")
+                made = _load(self.NOOP)()
+            self._making = made
+            try:
+                for fn in self._callbacks:
+                    _call(fn, made)
+                self._callbacks.clear()
+            finally:
+                self._real, self._making = made, None
+            return made
+
+    def when_built(self, fn) -> None:
+        """Call ``fn(provider)`` once the SDK provider is built (now, if it is)."""
+        with _lock:
+            if self._real is None and self._making is None:
+                self._callbacks.append(fn)
+                return
+        _call(fn, self.real())
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        flush = getattr(self._real, "force_flush", None)
+        return flush(timeout_millis) if flush is not None else True
+
+    def shutdown(self) -> None:
+        shutdown = getattr(self._real, "shutdown", None)
+        if shutdown is not None:
+            shutdown()
+
+    def _update_resource(self, resource) -> None:
+        update = getattr(self._real, "_update_resource", None)
+        if update is not None:
+            update(resource)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.real(), name)
+
+
+class LazyTracerProvider(_LazyProvider):
+    SIGNAL = "traces"
+    NOOP = "opentelemetry.trace:NoOpTracerProvider"
+
+    def get_tracer(self, *args, **kwargs):
+        return self.real().get_tracer(*args, **kwargs)
+
+
+class LazyLoggerProvider(_LazyProvider):
+    SIGNAL = "logs"
+    NOOP = "opentelemetry._logs:NoOpLoggerProvider"
+
+    def get_logger(self, *args, **kwargs):
+        return self.real().get_logger(*args, **kwargs)
+
+
+class LazyMeterProvider(_LazyProvider):
+    SIGNAL = "metrics"
+    NOOP = "opentelemetry.metrics:NoOpMeterProvider"
+
+    def get_meter(self, *args, **kwargs):
+        return self.real().get_meter(*args, **kwargs)
+
+
+BUILD = {
+    "traces": lambda makers, resource: _build_batched("traces", makers, resource),
+    "logs": lambda makers, resource: _build_batched("logs", makers, resource),
+    "metrics": _build_metrics,
+}
+# OTel API module -> (index in _providers, its provider class, its setter)
+API = {
+    "opentelemetry.trace": (0, "TracerProvider", "set_tracer_provider"),
+    "opentelemetry._logs": (1, "LoggerProvider", "set_logger_provider"),
+    "opentelemetry.metrics": (2, "MeterProvider", "set_meter_provider"),
+}
+
+
+def _before_exporters(kinds) -> None:
+    """Import now what the exporters will import when they are built, on first export, which may be at
+    exit: after interpreter shutdown has begun, a module that starts a thread pool (gRPC's) or submits
+    to one (the logs SDK, at import) can no longer be imported."""
+    import concurrent.futures.thread  # noqa: F401
+
+    if any(kind not in ("file", "console") for kind in kinds):  # OTLP, or an exporter entry point
+        import opentelemetry.sdk._logs  # noqa: F401
+
+
+def _call(fn, provider) -> None:
+    try:
+        fn(provider)
+    except Exception as exc:
+        _report.warn_once(f"when-built-{getattr(fn, '__name__', fn)}", f"set-up with the SDK failed: {exc!r}")
+
+
+def _set_global(module) -> None:
+    """Post-import hook of an OTel API module: its signal's global provider is this process's."""
+    index, cls, setter = API[module.__name__]
+    provider = _providers[index]
+    getattr(module, cls).register(type(provider))  # isinstance(provider, the API's provider class)
+    getattr(module, setter)(provider)
+
+
+def setup(settings) -> bool:
+    """Set the three providers up from ``settings`` (built on first use); False if the SDK is disabled."""
+    if settings.sdk_disabled:
+        return False
+    resource_attributes()
+    _providers[:] = [LazyTracerProvider(settings), LazyLoggerProvider(settings), LazyMeterProvider(settings)]
+    from .boot import when_imported
+
+    for module in API:
+        when_imported(module, _set_global)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
     return True
 
 
 def providers() -> list:
+    """This process's (traces, logs, metrics) providers: the OTel globals evlog set (built on first use)."""
     return list(_providers)
+
+
+def when_built(signal: str, fn) -> bool:
+    """Call ``fn(sdk_provider)`` once the provider of ``signal`` is built; False if evlog set none up."""
+    if not _providers:
+        return False
+    _providers[("traces", "logs", "metrics").index(signal)].when_built(fn)
+    return True
 
 
 def update_resource(attrs: dict) -> None:
     """Add attributes to this process's resource (e.g. dask.role once the role is known)."""
     if not _providers:
         return
+    attrs = {k: v for k, v in attrs.items() if v is not None}
+    resource_attributes()
+    _attrs.update(attrs)  # for the providers built later
+    if not any(p.built for p in _providers):
+        return
     from opentelemetry.sdk.resources import Resource
 
-    extra = Resource({k: v for k, v in attrs.items() if v is not None})
+    extra = Resource(attrs)
     for p in _providers:
         try:
             p._update_resource(extra)  # the SDK's own hook, used by it after fork
@@ -181,43 +372,54 @@ def _after_fork_in_child() -> None:
     update_resource(process_attributes())
 
 
-class _ToReport(logging.Handler):
-    """OTel SDK/exporter log records -> one evlog line per kind of problem, then counted."""
+_report_handler = None
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = record.getMessage()
-        except Exception:
-            msg = str(record.msg)
-        if "Queue full" in msg:  # counted by the processors themselves, reported once at exit
-            return
-        if record.levelno < logging.WARNING:
-            return
-        first = (msg.splitlines()[0] if msg else record.name)[:300]
-        if record.name.startswith("opentelemetry.exporter"):
-            select.note_failure()
-            _report.warn_once(
-                "export",
-                f"exporting failed ({first}); retries are bounded, what cannot be sent is dropped and counted",
-            )
-            return
-        _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
+
+def route_sdk_logging() -> None:
+    """OTel SDK/exporter log records -> one evlog line per kind of problem, then counted."""
+    global _report_handler
+    import logging
+
+    if _report_handler is None:
+        class ToReport(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                _to_report(record)
+
+        _report_handler = ToReport(logging.WARNING)
+    for name in ("opentelemetry.exporter", "opentelemetry.sdk"):
+        lg = logging.getLogger(name)
+        if _report_handler not in lg.handlers:
+            lg.addHandler(_report_handler)
+        lg.propagate = False
+
+
+def _to_report(record) -> None:
+    try:
+        msg = record.getMessage()
+    except Exception:
+        msg = str(record.msg)
+    if "Queue full" in msg:  # counted by the processors themselves, reported once at exit
+        return
+    if record.levelno < 30:  # below logging.WARNING
+        return
+    first = (msg.splitlines()[0] if msg else record.name)[:300]
+    if record.name.startswith("opentelemetry.exporter"):
+        select.note_failure()
+        _report.warn_once(
+            "export",
+            f"exporting failed ({first}); retries are bounded, what cannot be sent is dropped and counted",
+        )
+        return
+    _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
 
 
 def queued() -> int:
     """Items still waiting in this process's batch processors (dropped if exit cannot flush them)."""
     n = 0
     for p in _providers[:2]:
+        p = p._real
         multi = getattr(p, "_active_span_processor", None) or getattr(p, "_multi_log_record_processor", None)
         for proc in getattr(multi, "_span_processors", None) or getattr(multi, "_log_record_processors", None) or ():
             q = getattr(getattr(proc, "_batch_processor", None), "_queue", None)
             n += len(q) if q is not None else 0
     return n
-
-
-def route_sdk_logging() -> None:
-    handler = _ToReport(logging.WARNING)
-    for name in ("opentelemetry.exporter", "opentelemetry.sdk"):
-        lg = logging.getLogger(name)
-        lg.addHandler(handler)
-        lg.propagate = False

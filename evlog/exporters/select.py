@@ -88,21 +88,26 @@ def _default_endpoint(protocol: str) -> str:
 
 _all: list = []  # every managed exporter of this process
 _building = threading.Lock()  # held while an exporter (and its gRPC/HTTP modules) is built
-_held_for_fork = [False]
 
 
-def _before_fork() -> None:
-    _held_for_fork[0] = _building.acquire(timeout=5)  # bounded: a stuck build never stops a fork
+def hold_across_fork(lock) -> None:
+    """A fork waits for ``lock`` (bounded: a stuck holder never stops a fork) and releases it on both sides."""
+    if not hasattr(os, "register_at_fork"):
+        return
+    held = [False]
+
+    def before() -> None:
+        held[0] = lock.acquire(timeout=5)
+
+    def after() -> None:
+        if held[0]:
+            held[0] = False
+            lock.release()
+
+    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
 
 
-def _after_fork() -> None:
-    if _held_for_fork[0]:
-        _held_for_fork[0] = False
-        _building.release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+hold_across_fork(_building)
 
 
 _noted = [False]

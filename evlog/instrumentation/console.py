@@ -290,11 +290,12 @@ def _hook() -> None:
     except Exception as exc:
         _report.warn_once("console-exit-hook", f"console capture cannot hook exit; the last lines may be late: {exc!r}")
     try:
-        from opentelemetry import trace
+        from evlog.bootstrap import sdk
 
-        provider = trace.get_tracer_provider()
-        if hasattr(provider, "add_span_processor"):
-            provider.add_span_processor(_SpanMarks())
+        if not sdk.when_built("traces", _add_span_marks):  # evlog's provider, once it is built
+            from opentelemetry import trace
+
+            _add_span_marks(trace.get_tracer_provider())
     except Exception as exc:
         _report.warn_once("console-spans", f"console lines will carry no trace context: {exc!r}")
     if hasattr(os, "register_at_fork"):
@@ -314,45 +315,46 @@ def _forget_in_child() -> None:
     _capture = None
 
 
-def _span_processor_base():
-    try:
-        from opentelemetry.sdk.trace import SpanProcessor
-
-        return SpanProcessor
-    except ImportError:  # pragma: no cover - the SDK is a dependency
-        return object
+def _add_span_marks(provider) -> None:
+    if hasattr(provider, "add_span_processor"):
+        provider.add_span_processor(_span_marks())
 
 
-class _SpanMarks(_span_processor_base()):
-    """Marks each change of the main thread's innermost span in the streams (cheap elsewhere)."""
+def _span_marks():
+    """A span processor that marks each change of the main thread's innermost span in the streams
+    (cheap elsewhere). Its class is made here: the SDK is imported once the program makes spans."""
+    from opentelemetry.sdk.trace import SpanProcessor
 
-    def on_start(self, span, parent_context=None) -> None:
-        cap = _capture
-        if cap is None or threading.get_ident() != cap.main_ident or cap.pid != os.getpid():
-            return
-        try:
-            sc = span.get_span_context()
-            cap.active_spans[sc.span_id] = sc
-            cap.mark(sc)
-        except Exception as exc:
-            _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
-
-    def on_end(self, span) -> None:
-        cap = _capture
-        if cap is None or not cap.active_spans or cap.pid != os.getpid():
-            return
-        try:
-            if cap.active_spans.pop(span.get_span_context().span_id, None) is None:
+    class SpanMarks(SpanProcessor):
+        def on_start(self, span, parent_context=None) -> None:
+            cap = _capture
+            if cap is None or threading.get_ident() != cap.main_ident or cap.pid != os.getpid():
                 return
-            cap.mark(next(reversed(cap.active_spans.values()), None))
-        except Exception as exc:
-            _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
+            try:
+                sc = span.get_span_context()
+                cap.active_spans[sc.span_id] = sc
+                cap.mark(sc)
+            except Exception as exc:
+                _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
 
-    def shutdown(self) -> None:
-        pass
+        def on_end(self, span) -> None:
+            cap = _capture
+            if cap is None or not cap.active_spans or cap.pid != os.getpid():
+                return
+            try:
+                if cap.active_spans.pop(span.get_span_context().span_id, None) is None:
+                    return
+                cap.mark(next(reversed(cap.active_spans.values()), None))
+            except Exception as exc:
+                _report.warn_once("console-mark", f"console trace context failed: {exc!r}")
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+        def shutdown(self) -> None:
+            pass
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return SpanMarks()
 
 
 # -- small helpers ----------------------------------------------------------------------------------
@@ -454,11 +456,10 @@ def _relay_code() -> str:
 def _resource() -> dict:
     """This process's resource attributes: the relay's telemetry speaks in the program's name."""
     try:
-        from opentelemetry._logs import get_logger_provider
+        from evlog.bootstrap import sdk
 
-        res = getattr(get_logger_provider(), "resource", None)
-        if res is not None:
-            return {k: v for k, v in res.attributes.items()
+        if sdk.providers():
+            return {k: v for k, v in sdk.resource_attributes().items()
                     if isinstance(v, (str, bool, int)) or (isinstance(v, float) and v == v and abs(v) != float("inf"))}
     except Exception:
         pass

@@ -6,7 +6,8 @@
 - gauges: the default consumers as OTel observable gauges
 - spans, sampling: span -> (category, id, timeline); load, memory and bytes readings
 
-``install_default(settings)`` runs in every process under evlog-instrument; it imports only what the
+``install_default(settings)`` runs in every process under evlog-instrument once its tracer provider is
+built (the process's first tracer: a process that makes no spans pays nothing); it imports only what the
 chosen consumers need (no psutil until the first reading).
 """
 from __future__ import annotations
