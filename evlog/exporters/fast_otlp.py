@@ -20,6 +20,8 @@ import sys
 from collections.abc import Mapping
 from typing import Callable
 
+from opentelemetry.trace import DEFAULT_TRACE_STATE, StatusCode
+
 from evlog import _report
 
 from .otlp_json import memo
@@ -32,6 +34,7 @@ KIND_FIELD = tuple(b"\x30" + bytes((v + 1,)) for v in range(5))
 FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)  # span flags: has-is-remote
 FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)  # ... and the parent is remote
 STATUS_UNSET = b"\x7a\x00"  # an empty Status message, as the standard encoder writes
+_UNSET = StatusCode.UNSET
 
 
 def varint(n: int) -> bytes:
@@ -166,7 +169,7 @@ def head(ctx, parent) -> bytes:
 
 
 def status_field(st) -> bytes:
-    if st is None or not st.status_code.value:
+    if st is None or st.status_code is _UNSET:
         return STATUS_UNSET
     body = (text(b"\x12", st.description) if st.description else b"") + b"\x18" + LEN[st.status_code.value]
     return ld(b"\x7a", body)
@@ -200,7 +203,7 @@ def sdk_span_bytes(s) -> bytes:
     parts = [head(ctx, parent), b"\x12\x08", ctx[1].to_bytes(8, "big"), _constant(s),
              pack_times(0x39, s._start_time, 0x41, s._end_time)]
     state = ctx[4]
-    if state:
+    if state is not DEFAULT_TRACE_STATE and state:
         parts.append(text(b"\x1a", ",".join([f"{k}={v}" for k, v in state.items()])))
     attrs = s._attributes
     if type(attrs) is not dict:

@@ -13,6 +13,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from opentelemetry.trace import DEFAULT_TRACE_STATE, StatusCode
+
+_UNSET = StatusCode.UNSET
+
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
 dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
 
@@ -177,21 +181,14 @@ def _scope_text(scope) -> str:
     return memo(_text_cache, id(scope), scope, lambda x: dumps(_scope(x)), scope, 256)
 
 
-def _fits(s) -> bool:
-    if s._events or s._links:
-        return False
-    ctx = s._context
-    if ctx[4] or s._status.status_code.value:
-        return False
-    attrs = s._attributes
-    return type(attrs) is dict or not getattr(attrs, "dropped", 0)
-
-
 def span_text(s) -> str:
     """dumps(span(s))."""
-    if type(s) not in FAST_TYPES or not _fits(s):
-        return dumps(span(s))
     ctx = s._context
+    state = ctx[4]
+    if (type(s) not in FAST_TYPES or s._events or s._links or s._status.status_code is not _UNSET
+            or (state is not DEFAULT_TRACE_STATE and state)
+            or (type(s._attributes) is not dict and getattr(s._attributes, "dropped", 0))):
+        return dumps(span(s))
     parent = s._parent
     head, attrs = _span_const(s)
     tail = f',"parentSpanId":"{parent[1]:016x}"}}' if parent is not None else "}"

@@ -189,7 +189,16 @@ class Task:
 
     def __call__(self, *args, **kwargs):
         try:
-            span, token = _begin(self)
+            how = self.how
+            if how is None or _var is None:
+                span, token = _begin(self)
+            else:  # the usual case, _begin's last steps inline: a task of a process pool seen before
+                parent = self.parent
+                span = how[2](how[0], how[1], parent)
+                _open[id(span)] = span
+                ctx = parent.copy()  # set_span_in_context + attach, the short way
+                ctx[_SPAN] = span
+                token = _var.set(_Context(ctx))
         except Exception as exc:  # evlog's own failure: run the task untraced
             _report.warn_once("task-span", f"cannot start a task span, tasks run untraced: {exc!r}")
             return self.fn(*args, **kwargs)
@@ -229,9 +238,9 @@ def _begin(task: Task):
 
 def _how(task: Task) -> tuple:
     name, attrs = _describe(task.kind, task.fn)
-    start = _starters.get(task.kind)
-    how = (name, attrs, None if task.kind in THREAD_KINDS else start)
-    if start is not None:  # settled for this process: kept on the task
+    start = None if task.kind in THREAD_KINDS else _starters.get(task.kind)
+    how = (name, attrs, start)
+    if start is not None:  # settled for this process (and no per-thread attribute): kept on the task
         task.how = how
     return how
 

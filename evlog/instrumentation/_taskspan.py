@@ -143,7 +143,12 @@ def _processor_hooks(proc):
     if len(_hooks_cache) > 16:
         _hooks_cache.clear()
     _hooks_cache[id(procs)] = hit
+    global _last_hooks
+    _last_hooks = hit
     return hit
+
+
+_last_hooks: tuple = (None,)  # the hooks start() used last
 
 
 # The OTLP exporters write task spans with evlog.exporters.fast_otlp (installed by the first start()),
@@ -211,7 +216,9 @@ def start(tracer, name: str, attributes: dict, parent) -> trace.Span:
     span._limits = tracer._span_limits
     span._lock = _Lock()
     span._start_time = _time_ns()
-    hooks = _processor_hooks(proc)
+    hooks = _last_hooks
+    if type(proc) is not SynchronousMultiSpanProcessor or proc._span_processors is not hooks[0]:
+        hooks = _processor_hooks(proc)
     if hooks is None:
         proc.on_start(span, parent_context=parent)
     else:
