@@ -4,9 +4,9 @@
 children inherit the captured descriptors and are not captured again). For each of descriptors 1
 and 2 it makes a pseudo-terminal if the original is a terminal (so ``isatty()`` stays true, and
 colours, progress bars and prompts behave as before), a pipe otherwise, puts it in place with
-``dup2`` and starts the relay (console_relay.py): two helper processes, one passing every byte on
-to the original descriptor unchanged, at once, the other exporting lines as OTel log records (names
-in docs/conventions.md, section Console). So print, C extensions, ``os.write(1, ...)`` and every
+``dup2`` and starts the relay (console_relay.py): a helper process passing every byte on to the
+original descriptor unchanged, at once, which forks a second one, exporting lines as OTel log records
+(names in docs/conventions.md, section Console), when there is first something to export. So print, C extensions, ``os.write(1, ...)`` and every
 child process that inherits the descriptors are seen, and the program never runs per-line work.
 
 Two things are written into the streams for the relay (and removed by it): a marker at each change
@@ -160,14 +160,11 @@ class _Capture:
         return s
 
     def _spawn(self, ack_w: int, ready_w: int) -> list:
-        """Start the relay's processor, then its reader (see console_relay.py)."""
-        import _socket
-
+        """Start the relay's reader, which starts its processor when needed (see console_relay.py)."""
         import evlog
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(evlog.__file__)))
         script = os.path.dirname(os.path.abspath(sys.argv[0])) if getattr(sys, "argv", None) and sys.argv[0] else None
-        to_reader, to_processor = (_high(x.detach()) for x in _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET))
         cfg = {
             "path": [root] + [p for p in sys.path if p and p != root and os.path.abspath(p) != script],
             "code": _relay_code(),
@@ -183,25 +180,10 @@ class _Capture:
         }
         by_fd = {s.fd: s.orig for s in self.streams}
         argv = [sys.executable or "python3", "-S", "-c", _BOOT]
-        procs = []
-        try:
-            procs.append(subprocess.Popen(
-                argv + [repr({**cfg, "role": "processor", "sock_fd": to_processor, "ack_fd": ack_w})],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=by_fd.get(2),
-                pass_fds=[to_processor, ack_w], close_fds=True,
-                start_new_session=True))  # its own scheduling group, which it then lowers
-            procs.append(subprocess.Popen(
-                argv + [repr({**cfg, "role": "reader", "sock_fd": to_reader, "ready_fd": ready_w})],
-                stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
-                pass_fds=[s.read for s in self.streams] + [to_reader, ready_w], close_fds=True))
-        except BaseException:
-            for p in procs:
-                p.kill()
-            raise
-        finally:
-            os.close(to_reader)
-            os.close(to_processor)
-        return procs
+        return [subprocess.Popen(
+            argv + [repr({**cfg, "role": "reader", "ready_fd": ready_w, "ack_fd": ack_w})],
+            stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
+            pass_fds=[s.read for s in self.streams] + [ready_w, ack_w], close_fds=True)]
 
     # while running ------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The console relay: two helper processes that pass the program's output through and export it.
 
 console.install() points the program's stdout and stderr at pipes (or pseudo-terminals) and starts
-this file twice with ``python -S`` (no evlog set-up of their own):
+this file with ``python -S`` (no evlog set-up of its own) as the reader, which forks the processor when
+there is first something to export (a program that writes nothing pays for one small process only):
 - the reader holds the read ends. It does nothing but read, pass every byte on unchanged to the
   original descriptors, and forward the bytes to the processor over a non-blocking SOCK_SEQPACKET
   socket. It is single-threaded and light, so it is never waiting for a lock or a GIL while the
@@ -132,18 +133,24 @@ class Reader:
     """Read, pass through, forward; drop (counted) what the processor has no room for."""
 
     def __init__(self, cfg: dict):
-        import _socket
-
         prefix = marker_prefix(cfg["token"])
+        self.cfg = cfg
         self.streams = [_Stream(i, spec, prefix) for i, spec in enumerate(cfg["streams"])]
-        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, cfg["sock_fd"])
-        self.sock.setblocking(False)
-        try:
-            self.sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, SOCKET_BUFFER)
-        except OSError:
-            pass
+        self.sock = None  # to the processor, started with the first bytes for it
+        self.ack_fd = cfg.get("ack_fd")  # the program's exit acknowledgement: the processor's once started
         self.exit_sent = False
         self.ready_fd = cfg.get("ready_fd")
+
+    def _processor(self):
+        """The socket to the processor, which is forked now if it is not running yet (None if it cannot be)."""
+        if self.sock is None and self.cfg is not None:
+            cfg, self.cfg = self.cfg, None
+            try:
+                self.sock = _fork_processor(cfg, self.streams, self.ack_fd)
+                self.ack_fd = None  # the processor acknowledges from now on
+            except OSError as exc:
+                _warn("console-processor", f"console capture cannot export: {exc!r}")
+        return self.sock
 
     def run(self) -> None:
         by_fd = {s.fd: s for s in self.streams}
@@ -177,7 +184,8 @@ class Reader:
                         self._chunk(s, data)
                     except Exception as exc:  # never let the program's output stop here
                         _warn("console-reader", f"console capture stopped parsing its output: {exc!r}")
-                        self.sock.close()
+                        if self.sock is not None:
+                            self.sock.close()
                         self._chunk = self._write
                         self._write(s, data)
                 if not data or not s.open:
@@ -226,14 +234,17 @@ class Reader:
             view = view[n:]
 
     def _forward(self, s: _Stream, data: bytes) -> None:
+        sock = self.sock or self._processor()
+        if sock is None:
+            return
         head = b"d" + s.index + s.ctx + b"%020d" % time.time_ns()
         for i in range(0, len(data), MESSAGE):
             part = data[i:i + MESSAGE] if len(data) > MESSAGE else data
             try:
                 if s.gap:
-                    self.sock.send(self._gap_message(s))
+                    sock.send(self._gap_message(s))
                     s.lost, s.gap = 0, False
-                self.sock.send(head + part)
+                sock.send(head + part)
             except (BlockingIOError, InterruptedError):
                 n = part.count(b"\n")  # no room: drop it; the processor counts the lines lost
                 s.lost += n
@@ -248,6 +259,15 @@ class Reader:
 
     def _control(self, message: bytes) -> None:
         """Hand over an end or exit message (after any pending gap reports), waiting if need be."""
+        if self.sock is None:  # no processor: nothing was exported, so the program's exit is acknowledged here
+            if message == b"x" and self.ack_fd is not None:
+                try:
+                    os.write(self.ack_fd, b"{}\n")
+                    os.close(self.ack_fd)
+                except OSError:
+                    pass
+                self.ack_fd = None
+            return
         for s in self.streams:
             if s.gap and self._send_waiting(self._gap_message(s)):
                 s.lost, s.gap = 0, False
@@ -403,8 +423,6 @@ class Processor:
 
     def _ack(self) -> None:
         """Tell the program its output is exported (with this relay's counters for its summary)."""
-        import json
-
         counters = dict(stats.counters) if stats else {}
         if stats:
             stats.reset()
@@ -414,7 +432,12 @@ class Processor:
             return
         self.acked = True
         try:
-            os.write(self.ack_fd, (json.dumps(counters) + "\n").encode())
+            if counters:
+                import json
+
+                os.write(self.ack_fd, (json.dumps(counters) + "\n").encode())
+            else:
+                os.write(self.ack_fd, b"{}\n")
             os.close(self.ack_fd)
         except OSError:
             _write_stats_line(self.cfg, counters)
@@ -634,6 +657,45 @@ def main(cfg: dict) -> None:
         _warn("console-relay", f"console capture failed ({cfg.get('role')}): {exc!r}")
         code = 1
     os._exit(code)
+
+
+def _fork_processor(cfg: dict, streams: list, ack_fd):
+    """Fork the processor off the (single-threaded) reader; returns the reader's end of their socket."""
+    import _signal as signal
+    import _socket
+
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:  # the processor: a session of its own (see _lower_priority), none of the reader's streams
+        code = 0
+        try:
+            mine.close()
+            for s in streams:
+                try:
+                    os.close(s.fd)
+                except OSError:
+                    pass
+            signal.signal(signal.SIGWINCH, signal.SIG_DFL)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)  # a console exporter's output must not land in the program's stdout
+            os.close(null)
+            _lower_priority()
+            Processor({**cfg, "role": "processor", "sock_fd": theirs.detach(), "ack_fd": ack_fd}).run()
+        except BaseException as exc:
+            _warn("console-relay", f"console capture failed (processor): {exc!r}")
+            code = 1
+        os._exit(code)
+    theirs.close()
+    if ack_fd is not None:
+        os.close(ack_fd)
+    mine.setblocking(False)
+    try:
+        mine.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, SOCKET_BUFFER)
+    except OSError:
+        pass
+    return mine
 
 
 def _lower_priority() -> None:
