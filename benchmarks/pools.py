@@ -13,8 +13,10 @@ default run folder; under evlog-instrument exporting OTLP/gRPC to a minimal coll
 Every variant's defaults are left as a user gets them (consumers, capture). Each figure is the median
 over the rounds: calls per second (ratio evlog over plain; goal >= 0.9), and CPU per call of all the
 run's processes over each pool's whole life, exit flush included (ratio evlog over plain: what the
-throughput ratio becomes when the cores are busy anyway). The proof line counts the task spans that
-reached the run folders and the collector.
+throughput ratio becomes when the cores are busy anyway), and where the CPU of the timed calls goes
+(Linux /proc, per thread): the submitting process, the workers' main threads (the calls, their spans
+and the span processors), the workers' other threads (export). The proof line counts the task spans
+that reached the run folders and the collector.
 
     python benchmarks/pools.py            # N = 20,000, 3 rounds
     python benchmarks/pools.py --quick    # N = 2,000, 3 rounds
@@ -49,9 +51,39 @@ def _cpu() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def _threads_cpu(workers: list) -> dict:
+    """CPU seconds so far by role: the submitting process (all its threads), the workers' main threads,
+    the workers' other threads (evlog's export threads; the SDK's idle ones). Linux /proc, 10 ms ticks."""
+    out = {"submitter": 0.0, "worker": 0.0, "export": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    me = os.getpid()
+    for pid in [me] + workers:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            role = "submitter" if pid == me else ("worker" if int(tid) == pid else "export")
+            out[role] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _worker_pids(pool) -> list:
+    procs = getattr(pool, "_processes", None)  # ProcessPoolExecutor: {pid: process} (Pool: a count)
+    if isinstance(procs, dict):
+        return list(procs)
+    return [p.pid for p in getattr(pool, "_pool", [])]  # multiprocessing.Pool
+
+
 def run_workloads(n: int) -> dict:
-    """In the measured process: per workload, the seconds n calls take (pool started and warm), and the
-    CPU seconds of the pool's whole life (start, warm-up, calls, shutdown with the workers' exit flush)."""
+    """In the measured process: per workload, the seconds n calls take (pool started and warm), the
+    CPU seconds of the pool's whole life (start, warm-up, calls, shutdown with the workers' exit flush),
+    and the CPU seconds of the n calls by role (see _threads_cpu)."""
     import concurrent.futures
     import multiprocessing
 
@@ -77,11 +109,16 @@ def run_workloads(n: int) -> dict:
         cpu = _cpu()
         with make() as pool:
             warm(pool)
+            workers = _worker_pids(pool)
+            before = _threads_cpu(workers)
             t = time.perf_counter()
             run(pool)
             wall = time.perf_counter() - t
+            after = _threads_cpu(workers)
         out[name] = wall
         out[name + ".cpu"] = _cpu() - cpu
+        for role in before:
+            out[f"{name}.cpu.{role}"] = after[role] - before[role]
     return out
 
 
@@ -186,6 +223,9 @@ def main() -> None:
     def cpu(variant: str, workload: str) -> float:  # µs of CPU per call over the pool's life
         return 1e6 * statistics.median(r[workload + ".cpu"] for r in results[variant]) / (n + WARMUP)
 
+    def role_cpu(variant: str, workload: str, role: str) -> float:  # µs of CPU per call while timed
+        return 1e6 * statistics.median(r[f"{workload}.cpu.{role}"] for r in results[variant]) / n
+
     for workload in WORKLOADS:
         plain = rate("plain", workload)
         for variant, suffix in (("evlog", ""), ("evlog_otlp", ".otlp")):
@@ -196,6 +236,13 @@ def main() -> None:
             ev = cpu(variant, workload)
             print(f"pools.{workload}{suffix}.cpu: ratio {ev / plain:.2f} (plain {plain:.1f}, evlog {ev:.1f}, "
                   f"µs CPU per call, all processes)")
+        for role, what in (("submitter", "the submitting process"), ("worker", "the workers' main threads")):
+            plain, ev = role_cpu("plain", workload, role), role_cpu("evlog", workload, role)
+            ratio = f"{ev / plain:.2f}" if plain >= 1e6 * 0.03 / n else "-"  # plain under 3 ticks: no ratio
+            print(f"pools.{workload}.cpu.{role}: ratio {ratio} (plain {plain:.1f}, evlog {ev:.1f}, "
+                  f"evlog OTLP {role_cpu('evlog_otlp', workload, role):.1f}, µs CPU per call while timed, {what})")
+        print(f"pools.{workload}.cpu.export: evlog {role_cpu('evlog', workload, 'export'):.1f}, evlog OTLP "
+              f"{role_cpu('evlog_otlp', workload, 'export'):.1f} (µs CPU per call while timed, the workers' export threads)")
     expected = args.rounds * len(WORKLOADS) * (n + WARMUP)
     print(f"pools.proof: task spans expected {expected:,} per evlog variant; "
           f"run folders got {in_folders:,}, the OTLP collector got {collector.spans:,}")
