@@ -94,8 +94,12 @@ class SchedulerRecorder(SchedulerPlugin):
             if finish == "processing":
                 extra = ts.processing_on if ts is not None else None
             elif finish == "memory" or finish == "erred":
-                deps = ts.dependencies if ts is not None else None  # gone once forgotten: kept now
-                extra = (kw, [d.key for d in deps] if deps else None)
+                # the worker; dependencies (gone once forgotten: kept now); Dask's keyword arguments
+                # only when erred (their error text): held until the next pass, the others would
+                # only keep Dask's message (startstops, metadata) alive for the garbage collector
+                deps = ts.dependencies if ts is not None else None
+                extra = (kw.get("worker"), tuple([d.key for d in deps]) if deps else None,
+                         kw if finish == "erred" else None)
             else:
                 extra = None
             self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
@@ -184,11 +188,10 @@ class SchedulerRecorder(SchedulerPlugin):
             if finish == "processing":
                 w = life.worker = extra.address if extra is not None else None
             elif finish == "memory" or finish == "erred":
-                kw, deps = extra
-                life.kw = kw
+                w, deps, life.kw = extra
                 if deps:
                     life.deps = deps
-                w = kw.get("worker") or (life.worker if start == "processing" else None)
+                w = w or (life.worker if start == "processing" else None)
                 if w:
                     life.worker = w
             elif start == "processing" or start == "memory":
@@ -274,7 +277,7 @@ class SchedulerRecorder(SchedulerPlugin):
             attrs["dask.task.nbytes"] = ts.nbytes
         deps = life.deps or [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
         if deps:
-            attrs["dask.task.dependencies"] = [d if type(d) is str else str(d) for d in deps]
+            attrs["dask.task.dependencies"] = tuple([d if type(d) is str else str(d) for d in deps])
         if ts.suspicious:
             attrs["dask.task.suspicious"] = ts.suspicious
         removed = self._removed
@@ -294,7 +297,7 @@ class SchedulerRecorder(SchedulerPlugin):
         return ds.FinishedSpan(
             name, ds.context(trace_id, ds.new_span_id()), parent, self._res, attrs, SpanKind.INTERNAL,
             status, int(trans[0][-1] * 1e9), int((life.end or trans[-1][-1]) * 1e9),
-            trans if self._transitions_on else (), extra,
+            tuple(trans) if self._transitions_on else (), extra,  # a tuple of atoms: not tracked by the GC
         )
 
 

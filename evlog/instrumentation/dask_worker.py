@@ -188,7 +188,7 @@ class WorkerRecorder(WorkerPlugin):
                 ev["exception.stacktrace"] = tb
             extra.append(("exception", int(stop * 1e9), ev))
         return ds.FinishedSpan(name, sc, parent, res, attrs, SpanKind.CONSUMER, status,
-                               int(lo * 1e9), int(hi * 1e9), (), extra)
+                               int(lo * 1e9), int(hi * 1e9), (), extra or ())  # no empty list kept
 
     def _transfer(self, item, res):
         _, source, keys, nbytes, parent, t0, t1, ok, outcome = item
