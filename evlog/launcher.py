@@ -8,8 +8,8 @@ for a command that is not Python (a shell script, ...) the launcher prepares it 
 """
 from __future__ import annotations
 
+import _signal as signal  # the C module: "signal" would import enum for nothing here
 import os
-import signal
 import sys
 
 USAGE = """usage: evlog-instrument COMMAND [ARGS...]

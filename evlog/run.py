@@ -8,7 +8,6 @@ Each process appends its counters to the stats file at exit; the launcher sums t
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -58,6 +57,8 @@ def prepare(settings, environ, service: str):
 
         found = others.scan_cached()
         if found:
+            import json
+
             environ[others.ENV] = json.dumps(found)
     except Exception:
         pass

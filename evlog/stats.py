@@ -6,7 +6,6 @@ the run's stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -30,7 +29,7 @@ def write_process_line(path: str | None = None) -> None:
 
 def append_line(path: str, row: dict) -> None:
     """One JSON line in one write (O_APPEND: never torn, whatever other processes do)."""
-    line = json.dumps(row) + "\n"
+    line = _dumps(row) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
@@ -41,7 +40,32 @@ def append_line(path: str, row: dict) -> None:
         pass
 
 
+def _dumps(row: dict) -> str:
+    """JSON of a flat row of names and numbers (every process writes one at exit) without importing
+    json; anything else goes through json."""
+    parts = []
+    for k, v in row.items():
+        t = type(v)
+        if type(k) is not str or not k.isprintable() or '"' in k or "\\" in k:
+            break
+        if t is int or (t is float and v == v and abs(v) != float("inf")):
+            parts.append(f'"{k}": {v!r}')
+        elif t is str and v.isprintable() and '"' not in v and "\\" not in v:
+            parts.append(f'"{k}": "{v}"')
+        elif v is None or t is bool:
+            parts.append(f'"{k}": {"null" if v is None else "true" if v else "false"}')
+        else:
+            break
+    else:
+        return "{" + ", ".join(parts) + "}"
+    import json
+
+    return json.dumps(row)
+
+
 def read_all(path: str) -> list[dict]:
+    import json
+
     rows = []
     try:
         with open(path, encoding="utf-8") as fh:

@@ -149,6 +149,33 @@ def _install_consumers(settings) -> None:
             _report.warn_once("consumers", f"the consumers could not start: {exc!r}")
 
     sdk.when_built("traces", install_consumers)
+    _gauges_timer()
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_gauges_timer)
+
+
+GAUGES_AFTER_S = 1.0  # a process that makes no span reports the consumers' gauges once it has run this long
+
+
+def _gauges_timer() -> None:
+    """The consumers come with the first span; a process that has run GAUGES_AFTER_S without one (a Dask
+    nanny, a supervisor) gets them then, so its load, memory and bytes are reported like any other's.
+    A process that ends sooner (a `python -c` helper, a short subprocess) pays nothing for them."""
+    from . import lifecycle, sdk
+
+    tracer_provider = sdk.providers()[0] if sdk.providers() else None
+    if tracer_provider is None or tracer_provider.built:
+        return
+
+    def build() -> None:
+        if threading.main_thread().is_alive():  # not once the program is on its way out
+            tracer_provider.real()
+
+    timer = threading.Timer(GAUGES_AFTER_S, build)
+    timer.daemon = True
+    timer.name = "evlog-gauges-timer"
+    timer.start()
+    lifecycle.before_flush(timer.cancel)
 
 
 def _install_console(settings) -> None:

@@ -8,7 +8,6 @@ OTEL_PYTHON_DISABLED_INSTRUMENTATIONS is honoured by entry-point name.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 
@@ -19,8 +18,8 @@ ENV = "EVLOG_OTEL_INSTRUMENTORS"
 
 def scan_cached() -> list:
     """scan(), cached per set of installed packages (keyed by the sys.path folders and their mtimes)."""
-    import hashlib
     import sys
+    import zlib
 
     key = []
     for p in sys.path:
@@ -28,18 +27,26 @@ def scan_cached() -> list:
             key.append(f"{p}:{os.stat(p or '.').st_mtime_ns}")
         except OSError:
             key.append(p)
-    digest = hashlib.sha1("\n".join(key).encode()).hexdigest()[:16]
+    raw = "\n".join(key).encode()
+    digest = f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"  # zlib: hashlib would load OpenSSL
     cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "evlog")
     path = os.path.join(cache_dir, f"instrumentors-{digest}.json")
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            text = fh.read()
+        if text == "[]":  # nothing else installed (the usual case): no json to import
+            return []
+        import json
+
+        return json.loads(text)
     except (OSError, ValueError):
         pass
     found = scan()
     try:
         os.makedirs(cache_dir, exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
+        import json
+
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(found, fh)
         os.replace(tmp, path)
@@ -88,6 +95,8 @@ def activate(settings) -> None:
     raw = os.environ.get(ENV)
     if not raw:
         return
+    import json
+
     try:
         entries = json.loads(raw)
     except ValueError:

@@ -16,9 +16,7 @@ which the program waits (bounded) for the relay to export everything before it a
 """
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import select
 import subprocess
 import sys
@@ -90,7 +88,7 @@ class _Capture:
         self.settings = settings
         self.pid = os.getpid()
         self.main_ident = threading.main_thread().ident
-        self.token = secrets.token_hex(8)
+        self.token = os.urandom(8).hex()
         self.prefix = relay.marker_prefix(self.token)
         self.streams: list[_Stream] = []
         self.active_spans: dict = {}  # span_id -> SpanContext, main thread, innermost last
@@ -412,8 +410,13 @@ def _read_ack(fd: int, timeout_s: float) -> dict | None:
         if not chunk:
             return None  # the relay is gone
         data += chunk
+    line = data.split(b"\n", 1)[0]
+    if line == b"{}":  # nothing to count: the usual answer
+        return {}
+    import json
+
     try:
-        value = json.loads(data.split(b"\n", 1)[0])
+        value = json.loads(line)
         return value if isinstance(value, dict) else None
     except ValueError:
         return None
