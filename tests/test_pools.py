@@ -589,3 +589,37 @@ def test_user_work_in_library_executors_is_traced_but_library_internals_are_not(
     # asyncio's run_in_executor hands the user's function to a ThreadPoolExecutor: one span, in context;
     # Dask runs tasks (and its own offloading) on its executors: those are Dask's, not the user's submits
     assert [(s["name"], s["parent_span_id"]) for s in tasks] == [("futures.task user_work", out["submitter"])]
+
+
+def _square(x):
+    return x * x
+
+
+def test_tasks_of_one_function_and_context_are_rebuilt_once_where_they_run():
+    """imap pickles the Task with every item: the context is pickled once per submitting context, and
+    the process that runs the items rebuilds one Task per (function, context), so it restores the
+    context and names the span once. Other callables (partials, methods) are rebuilt item by item."""
+    import functools
+    import pickle
+
+    from opentelemetry import baggage, context, trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from evlog.instrumentation import _context
+
+    sc = SpanContext(0x1234, 0x5678, False, TraceFlags(1))
+    token = context.attach(baggage.set_baggage("tenant", "a", trace.set_span_in_context(NonRecordingSpan(sc))))
+    try:
+        task = _context.wrap(_square, "mp.pool")
+        other = _context.wrap(functools.partial(_square), "mp.pool")
+        assert _context.wrap(_square, "mp.pool").__reduce__()[1][1] is task.__reduce__()[1][1]  # one blob
+    finally:
+        context.detach(token)
+    received = [pickle.loads(pickle.dumps(task)) for _ in range(3)]
+    assert received[0] is received[1] is received[2] and received[0] is not task
+    assert received[0](3) == 9
+    restored = received[0].parent
+    assert trace.get_current_span(restored).get_span_context()[:2] == (0x1234, 0x5678)
+    assert baggage.get_baggage("tenant", restored) == "a"
+    partials = [pickle.loads(pickle.dumps(other)) for _ in range(2)]
+    assert partials[0] is not partials[1] and partials[0](4) == 16

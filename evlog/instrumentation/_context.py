@@ -70,6 +70,7 @@ _names: dict = {}  # (kind, named_callable(fn)) -> (span name, attributes); boun
 _open: dict = {}  # id(span) -> span of tasks running now in this process
 _blobs: dict = {}  # (kind, id(Context)) -> (Context, pickled (kind, portable form)): one per submitter context
 _received: dict = {}  # (function, pickled context) -> Task, in the process that runs them: one per submitter
+_thread_attrs: dict = {}  # (id(attributes), thread name) -> (attributes, attributes + thread.name)
 
 
 def current():
@@ -225,7 +226,7 @@ def _begin(task: Task):
     if start is None:  # a thread kind: its thread's name; or a starter not settled yet
         kind = task.kind
         if kind in THREAD_KINDS:
-            attrs = {**attrs, "thread.name": threading.current_thread().name}
+            attrs = _with_thread_name(attrs)
         start = _starters.get(kind) or _starter(kind)
     span = start(name, attrs, parent)
     _open[id(span)] = span
@@ -234,6 +235,21 @@ def _begin(task: Task):
     ctx = parent.copy()  # set_span_in_context + attach, the short way
     ctx[_SPAN] = span
     return span, _var.set(_Context(ctx))
+
+
+def _with_thread_name(attrs: dict) -> dict:
+    """attrs + thread.name, one dict per (attributes, thread) shared by its tasks, read-only as attrs are
+    (so the exporters format it once)."""
+    thread = threading.current_thread().name
+    key = (id(attrs), thread)
+    hit = _thread_attrs.get(key)
+    if hit is not None and hit[0] is attrs:
+        return hit[1]
+    if len(_thread_attrs) > 1024:
+        _thread_attrs.clear()
+    with_name = {**attrs, "thread.name": thread}
+    _thread_attrs[key] = (attrs, with_name)
+    return with_name
 
 
 def _how(task: Task) -> tuple:
