@@ -200,12 +200,24 @@ def sdk_span_bytes(s) -> bytes:
     """A Span message for an SDK span without links (``fits(s)``)."""
     ctx = s._context
     parent = s._parent
-    parts = [head(ctx, parent), b"\x12\x08", ctx[1].to_bytes(8, "big"), _constant(s),
+    attrs = s._attributes
+    const = None
+    if type(attrs) is dict:  # _constant's cache, looked up inline
+        hit = _const_cache.get((s._name, s._kind, id(attrs)))
+        if hit is not None and hit[0] is attrs:
+            const = hit[1]
+    parts = [b"\x0a\x10" + ctx[0].to_bytes(16, "big") if parent is None else head(ctx, parent),
+             b"\x12\x08", ctx[1].to_bytes(8, "big"), const or _constant(s),
              pack_times(0x39, s._start_time, 0x41, s._end_time)]
+    st = s._status
+    flags = FLAGS_REMOTE if parent is not None and parent[2] else FLAGS_LOCAL
     state = ctx[4]
+    if (not s._events and (st is None or st.status_code is _UNSET) and state is DEFAULT_TRACE_STATE
+            and type(attrs) is dict):  # a task span as most are: nothing more to write
+        parts += (STATUS_UNSET, flags)
+        return b"".join(parts)
     if state is not DEFAULT_TRACE_STATE and state:
         parts.append(text(b"\x1a", ",".join([f"{k}={v}" for k, v in state.items()])))
-    attrs = s._attributes
     if type(attrs) is not dict:
         dropped = getattr(attrs, "dropped", 0)
         if dropped:
@@ -222,8 +234,8 @@ def sdk_span_bytes(s) -> bytes:
         dropped = getattr(events, "dropped", 0)
         if dropped:
             parts.append(b"\x60" + varint(dropped))
-    parts.append(status_field(s._status))
-    parts.append(FLAGS_REMOTE if parent is not None and parent[2] else FLAGS_LOCAL)
+    parts.append(status_field(st))
+    parts.append(flags)
     return b"".join(parts)
 
 
@@ -255,11 +267,7 @@ def resource_bytes(res) -> bytes:
     return memo(_res_cache, id(res), res, _encode_resource, res, 64)
 
 
-def no_pause() -> None:
-    pass
-
-
-def encode_request(spans, span_bytes: Callable, pause: Callable = no_pause) -> bytes:
+def encode_request(spans, span_bytes: Callable, pause: Callable | None = None) -> bytes:
     """Spans -> the bytes of an ExportTraceServiceRequest (one ResourceSpans per resource, one
     ScopeSpans per scope in it); ``span_bytes(span)`` writes each Span message."""
     by_res: dict = {}
@@ -279,8 +287,11 @@ def encode_request(spans, span_bytes: Callable, pause: Callable = no_pause) -> b
             scope_field, schema = memo(_scope_cache, id(scope), scope, _encode_scope, scope, 64)
             parts = [scope_field]
             for s in group:
-                parts.append(ld(b"\x12", span_bytes(s)))
-                pause()
+                b = span_bytes(s)
+                n = len(b)
+                parts += (b"\x12", LEN[n] if n < 16384 else varint(n), b)
+                if pause is not None:
+                    pause()
             parts.append(schema)
             body.append(ld(b"\x12", b"".join(parts)))
         if res is not None and res.schema_url:
@@ -321,6 +332,9 @@ def _fast_encode_spans(original, request_type):
                     w = made[t] = writers[t][1]()
                 return w(s)
 
+            first = type(mine[0])
+            if all(type(s) is first for s in mine):  # one type (the usual case): its writer directly
+                span_bytes = writers[first][1]()
             body = encode_request(mine, span_bytes, _pause_for(mine))
         except Exception as exc:
             _report.warn_once("fast-otlp-encode", f"fast span encoding failed, using the standard encoder: {exc!r}")
@@ -338,9 +352,9 @@ def _fast_encode_spans(original, request_type):
 _pausers: dict = {}  # span type -> make() -> pause, for writers on latency-bound processes (Dask)
 
 
-def _pause_for(spans) -> Callable:
+def _pause_for(spans) -> Callable | None:
     make = _pausers.get(type(spans[0]))
-    return make() if make is not None else no_pause
+    return make() if make is not None else None
 
 
 def _install() -> None:
