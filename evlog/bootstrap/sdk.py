@@ -252,7 +252,7 @@ class _LazyProvider:
             update(resource)
 
     def __getattr__(self, name: str):
-        if name.startswith("__"):
+        if name.startswith("__") or name in ("get_tracer", "get_logger", "get_meter"):  # another signal's
             raise AttributeError(name)
         return getattr(self.real(), name)
 
