@@ -134,3 +134,13 @@ def test_run_folder_line_is_the_same_json_as_the_full_encoder():
     line = otlp_json.encode_spans_text(spans)
     assert line == otlp_json.dumps(otlp_json.encode_spans(spans))  # byte for byte, key order included
     assert json.loads(line) == json.loads(otlp_json.dumps(otlp_json.encode_spans(spans)))
+
+
+def test_a_failing_run_folder_short_path_writes_the_full_encoders_line(tmp_path, monkeypatch):
+    spans = _task_spans()
+    exporter = runfolder.span_exporter(str(tmp_path))
+    monkeypatch.setattr(otlp_json, "encode_spans_text", lambda _spans: 1 / 0)
+    exporter.export(spans)
+    exporter.shutdown()
+    (line,) = [p.read_text() for p in tmp_path.glob("traces-*.jsonl")]
+    assert json.loads(line) == json.loads(otlp_json.dumps(otlp_json.encode_spans(spans)))

@@ -317,9 +317,12 @@ def _fast_encode_spans(original, request_type):
     def encode_spans(sdk_spans):
         writers = _writers
         mine, rest = [], []
-        for s in sdk_spans:
-            w = writers.get(type(s))
-            (mine if w is not None and w[0](s) else rest).append(s)
+        try:
+            for s in sdk_spans:
+                w = writers.get(type(s))
+                (mine if w is not None and w[0](s) else rest).append(s)
+        except Exception:
+            mine = []
         if not mine:
             return original(sdk_spans)
         try:

@@ -85,7 +85,12 @@ def span_exporter(run_dir: str):
             self.writer = RunFolderWriter(run_dir, "traces")
 
         def export(self, spans):
-            ok = self.writer.write_text(otlp_json.encode_spans_text(spans))
+            try:
+                text = otlp_json.encode_spans_text(spans)
+            except Exception as exc:  # evlog's short path failed: the full encoder, as before
+                _report.warn_once("runfolder-text", f"fast span encoding failed, using the full encoder: {exc!r}")
+                text = _dumps(otlp_json.encode_spans(spans))
+            ok = self.writer.write_text(text)
             return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
         def shutdown(self):

@@ -153,17 +153,21 @@ def _blob(kind: str, parent) -> bytes:
 def _rebuild(fn, blob: bytes):
     """The Task again, in the process that runs it. Tasks of one function from one submitter context
     (imap's items, a map's chunks) are one Task here, so its context and name are worked out once."""
-    if type(fn) is FunctionType or type(fn) is BuiltinFunctionType:  # long-lived: safe to keep
-        key = (fn, blob)
-        task = _received.get(key)
-        if task is None:
-            if len(_received) > 256:
-                _received.clear()
-            kind, carried = pickle.loads(blob)
-            task = _received[key] = Task(fn, kind, carried, blob)
-        return task
-    kind, carried = pickle.loads(blob)
-    return Task(fn, kind, carried, blob)
+    try:
+        if type(fn) is FunctionType or type(fn) is BuiltinFunctionType:  # long-lived: safe to keep
+            key = (fn, blob)
+            task = _received.get(key)
+            if task is None:
+                if len(_received) > 256:
+                    _received.clear()
+                kind, carried = pickle.loads(blob)
+                task = _received[key] = Task(fn, kind, carried, blob)
+            return task
+        kind, carried = pickle.loads(blob)
+        return Task(fn, kind, carried, blob)
+    except Exception as exc:  # evlog's own failure: the function runs untraced
+        _report.warn_once("task-rebuild", f"cannot restore a task's context, tasks run untraced: {exc!r}")
+        return fn
 
 
 class Task:
