@@ -229,6 +229,10 @@ def test_any_command_line_is_applied_or_warned_about_never_crashes(payload, sep)
     p = cp.ConsoleParser("enabled")
     recs = p.feed("stderr", line.encode() + b"\n")
     kinds = [r.kind for r in recs]
+    shown = cp.render(line)  # what a terminal draws: a backspace or an escape can overwrite the separator
+    if not (shown.startswith(cp.COMMAND_PREFIX) and (len(shown) == 11 or shown[11].isspace())):
+        assert cp.COMMAND not in kinds and cp.WARNING not in kinds and p.mode == "enabled"  # an ordinary line
+        return
     if kinds == [cp.COMMAND]:
         cmd = recs[0].body
         assert set(cmd) <= {"mode"} and p.mode == cmd.get("mode", "enabled")
