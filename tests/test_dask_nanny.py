@@ -200,4 +200,9 @@ def test_worker_over_its_memory_limit_flushes_when_the_nanny_terminates_it(tmp_p
     # the hog task never finished (no execute span), but the span and event it made just before arrived
     _assert_arrived(otlp_receiver, out["ran"], [f"work-{i}" for i in range(5)], [*range(5), 99], out["run_id"])
     assert out["memory_restarts"] == [out["ran"]]  # it was the nanny's memory monitor that took it down
+    # ... and the nanny's own event about it is exported, once, by the nanny (here, in the app's process)
+    [restart] = otlp_receiver.wait_for(lambda: [
+        r for r in otlp_receiver.logs() if r["event_name"] == "dask.log_event"
+        and r["attributes"].get("dask.topic") == "worker-restart-memory"], timeout=30)
+    assert restart["body"]["pid"] == out["ran"]
     _assert_arrived(otlp_receiver, out["new"], [f"again-{i}" for i in range(3)], range(10, 13), out["run_id"])

@@ -103,7 +103,8 @@ def _client_init(wrapped, instance, args, kwargs):
 
 
 def _log_event(wrapped, instance, args, kwargs):
-    """Worker.log_event and Client.log_event: emitted here, where the event is published."""
+    """Worker, Nanny and Client log_event: emitted here, where the event is published (the scheduler
+    takes what they send it as already exported)."""
     result = wrapped(*args, **kwargs)
     try:
         topic = args[0] if args else kwargs["topic"]
@@ -129,6 +130,7 @@ def _patches() -> list:
         ("distributed.worker", "Worker.gather_dep", dask_worker.gather_dep),
         ("distributed.worker", "Worker.log_event", _log_event),
         ("distributed.nanny", "Nanny.__init__", _nanny_init),
+        ("distributed.nanny", "Nanny.log_event", _log_event),
         ("distributed.client", "Client.__init__", _client_init),
         ("distributed.client", "Client.log_event", _log_event),
         ("distributed.client", "Client._graph_to_futures", dask_client.graph_to_futures),
