@@ -352,18 +352,19 @@ def update_resource(attrs: dict) -> None:
     if not _providers:
         return
     attrs = {k: v for k, v in attrs.items() if v is not None}
-    resource_attributes()
-    _attrs.update(attrs)  # for the providers built later
-    if not any(p.built for p in _providers):
-        return
-    from opentelemetry.sdk.resources import Resource
+    with _lock:  # not while a provider is being built from the attributes before this update
+        resource_attributes()
+        _attrs.update(attrs)  # for the providers built later
+        if not any(p.built for p in _providers):
+            return
+        from opentelemetry.sdk.resources import Resource
 
-    extra = Resource(attrs)
-    for p in _providers:
-        try:
-            p._update_resource(extra)  # the SDK's own hook, used by it after fork
-        except Exception as exc:
-            _report.warn_once("update-resource", f"cannot update the resource: {exc}")
+        extra = Resource(attrs)
+        for p in _providers:
+            try:
+                p._update_resource(extra)  # the SDK's own hook, used by it after fork
+            except Exception as exc:
+                _report.warn_once("update-resource", f"cannot update the resource: {exc}")
 
 
 def _after_fork_in_child() -> None:
