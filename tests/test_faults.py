@@ -57,7 +57,9 @@ def test_collector_that_fails_then_recovers_gets_what_is_made_after(otlp_receive
     with tracer.start_as_current_span("while-failing"): pass
     sys.stdin.readline()          # the test lets us go once the collector answered again
     with tracer.start_as_current_span("after-recovery"): pass
-    print("done", flush=True)
+    trace.get_tracer_provider().force_flush()
+    from evlog.exporters import select
+    print("failing now:", select.any_failed(), flush=True)  # exit gives a collector back its full wait
     """
     env = evlog_env(otlp_receiver.env(protocol), EVLOG_CONSUMERS="none")
     proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)], env=env,
@@ -66,11 +68,11 @@ def test_collector_that_fails_then_recovers_gets_what_is_made_after(otlp_receive
         otlp_receiver.wait_for(lambda: any(s["name"] == "while-failing" for s in otlp_receiver.spans()), timeout=60)
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
     otlp_receiver.wait_for(lambda: any(s["name"] == "after-recovery" for s in otlp_receiver.spans()), timeout=60)
-    assert proc.returncode == 0
+    assert proc.returncode == 0 and b"failing now: False" in out, out
     assert otlp_receiver.stats()["requests"], "the failures were real requests"
 
 

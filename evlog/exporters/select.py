@@ -114,12 +114,13 @@ _noted = [False]
 
 
 def note_failure() -> None:
-    """An exporter said it is failing (retrying): exit will not wait long for it."""
+    """An exporter said it is failing (retrying): exit will not wait long for it, until an export succeeds."""
     _noted[0] = True
 
 
 def any_failed() -> bool:
-    """Has any export failed in this process? (Then exit does not wait long for a dead collector.)"""
+    """Is an exporter of this process failing now (its last export failed, or it is retrying)? Then exit
+    does not wait long for a dead collector. A collector that failed and came back gets the full wait."""
     return _noted[0] or any(e.failed for e in _all)
 
 
@@ -150,6 +151,8 @@ class _Lazy:
     def counted(self, n: int, ok: bool) -> None:
         if ok:
             stats.incr(f"{self._signal}.exported", n)
+            if self.failed or _noted[0]:  # it answers again
+                self.failed = _noted[0] = False
         else:
             self.failed = True
             stats.incr(f"{self._signal}.failed", n)
