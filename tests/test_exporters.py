@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import evlog_env, read_run_folder, run_instrumented
 
 SIGNALS_PROGRAM = """
 from opentelemetry import trace, metrics, _logs

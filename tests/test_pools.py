@@ -9,10 +9,7 @@ through the exit paths: executor shutdown, Pool.__exit__'s SIGTERM, Process exit
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import sys
-import textwrap
 from collections import Counter
 
 import pytest

@@ -24,7 +24,7 @@ from time import time_ns as _time_ns
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk import trace as sdk_trace
-from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor, sampling
+from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, sampling
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import DEFAULT_TRACE_STATE, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation import _SPAN_KEY

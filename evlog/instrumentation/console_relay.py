@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import select
-import sys
 import time
 
 # The relay runs this file with ``python -S``: the reader starts reading at once; only the

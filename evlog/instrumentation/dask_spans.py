@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import random
-import struct
 import sys
 import threading
 import weakref
@@ -29,7 +28,6 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     DEFAULT_TRACE_STATE,
     SpanContext,
-    SpanKind,
     Status,
     StatusCode,
     TraceFlags,

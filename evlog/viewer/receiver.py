@@ -31,7 +31,7 @@ import re
 import socket
 import threading
 import zlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from evlog.viewer.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
 
