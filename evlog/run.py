@@ -111,8 +111,21 @@ def summary(path: str) -> str:
     if console_dropped:
         text += f"; {console_dropped:,} console lines dropped (output faster than export)"
     if info.get("run_dir") and spans + events + points:
-        text += f"\nevlog: see them with: evlog view {_shell_path(info['run_dir'])}"
+        view = f"evlog view {_shell_path(info['run_dir'])}"
+        if not _viewer_installed():
+            view = f"python -m pip install 'evlog[view]' && {view}"
+        text += f"\nevlog: see them with: {view}"
     return text + "\n"
+
+
+def _viewer_installed() -> bool:
+    """Is what `evlog view` needs (the view extra) importable here? Looked up, not imported."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("aiohttp") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _shell_path(path: str) -> str:

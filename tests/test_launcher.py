@@ -85,6 +85,17 @@ def test_default_run_folder_is_under_evlog_runs_and_summary_points_to_it(tmp_pat
     assert [s["name"] for s in read_run_folder(str(runs[0]))["spans"]] == ["one"]
 
 
+def test_summary_says_how_to_get_the_viewer_when_it_is_not_installed(tmp_path):
+    launcher = "import sys; sys.modules['aiohttp'] = None; from evlog.launcher import main; sys.exit(main())"
+    code = "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass"
+    proc = subprocess.run([PYTHON, "-c", launcher, PYTHON, "-c", code], env=evlog_env(), cwd=tmp_path,
+                          capture_output=True, timeout=120)
+    [run] = (tmp_path / "evlog-runs").iterdir()
+    assert proc.returncode == 0
+    assert f"see them with: python -m pip install 'evlog[view]' && evlog view evlog-runs/{run.name}" \
+        in proc.stderr.decode(), proc.stderr
+
+
 def test_summary_can_be_silenced(tmp_path):
     proc = run_instrumented("pass", env=evlog_env(EVLOG_RUN_DIR=tmp_path / "r", EVLOG_SUMMARY="false"), check=True)
     assert b"evlog" not in proc.stderr
