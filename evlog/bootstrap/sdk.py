@@ -120,6 +120,8 @@ def build_resource():
 def _counting(cls, hook: str):
     """A batch processor that counts what its full queue drops (one length check per item)."""
 
+    base = getattr(cls, hook)  # bound once: super() and a lookup per item cost more than the check
+
     class Counting(cls):
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
@@ -129,7 +131,7 @@ def _counting(cls, hook: str):
             q = self._evlog_queue
             if q is not None and len(q) == q.maxlen:
                 stats.incr("dropped.queue_full")
-            return getattr(super(), hook)(item, *rest)
+            return base(self, item, *rest)
 
     setattr(Counting, hook, Counting._hook)
     Counting.__name__ = Counting.__qualname__ = f"Counting{cls.__name__}"
