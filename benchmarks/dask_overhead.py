@@ -141,8 +141,11 @@ class App:
         cmd, env = [PY, app], _env()
         if instrumented:
             cmd = [PY, "-m", "evlog.launcher"] + cmd
+            # The timeout (seconds) outlasts a frozen round: an export in flight when the app is stopped
+            # (SIGSTOP, ~13 s) would otherwise pass its 10 s deadline and lose its batch of 512.
             env = _env({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
-                        "OTEL_EXPORTER_OTLP_INSECURE": "true", "EVLOG_SUMMARY": "false", **(extra_env or {})})
+                        "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_EXPORTER_OTLP_TIMEOUT": "60",
+                        "EVLOG_SUMMARY": "false", **(extra_env or {})})
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                      text=True, bufsize=1, start_new_session=True)
         self._expect("ready")
