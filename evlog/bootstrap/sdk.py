@@ -215,9 +215,7 @@ class _LazyProvider:
             try:
                 route_sdk_logging()
                 _before_exporters(self._kinds)
-                from opentelemetry.sdk.resources import Resource
-
-                made = BUILD[self.SIGNAL](self._makers, Resource(resource_attributes()))
+                made = BUILD[self.SIGNAL](self._makers, build_resource())
             except Exception as exc:
                 _report.warn_once(f"sdk-build-{self.SIGNAL}", f"the OpenTelemetry SDK for {self.SIGNAL} could not "
                                   f"be set up; this process's {self.SIGNAL} go nowhere: {exc!r}")
