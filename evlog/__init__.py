@@ -30,7 +30,7 @@ def configure(**overrides: Any) -> bool:
     """Set evlog up in this process, in code: the same settings as the EVLOG_* variables.
 
     Keyword arguments override the environment and the YAML file: run_dir, capture, consumers,
-    redact, dask_transitions, summary. Console capture starts only if ``capture`` is given.
+    redact, dask_transitions, pool_spans, summary. Console capture starts only if ``capture`` is given.
     Returns False if evlog was already set up in this process (or the SDK is disabled).
     """
     from evlog import config

@@ -17,6 +17,7 @@ KNOWN_CONSUMERS = ("wsat", "psat", "esat", "loadavg", "mem", "bytes", "core", "i
 DEFAULT_CONSUMERS = ("wsat", "psat", "loadavg", "mem", "bytes")
 SIGNALS = ("traces", "metrics", "logs")
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
+POOL_SPANS = ("call", "chunk")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -27,6 +28,7 @@ _KEYS = {
     "EVLOG_CONSUMERS": "consumers",
     "EVLOG_REDACT": "redact",
     "EVLOG_DASK_TRANSITIONS": "dask_transitions",
+    "EVLOG_POOL_SPANS": "pool_spans",
     "EVLOG_SUMMARY": "summary",
 }
 
@@ -92,6 +94,7 @@ class Settings(_Record):
         "consumers": DEFAULT_CONSUMERS,
         "redact": (),
         "dask_transitions": True,
+        "pool_spans": "call",  # one span per call of a pool task, or per chunk of a chunked map
         "summary": True,
         "sdk_disabled": False,
         "disabled_instrumentations": frozenset(),
@@ -105,6 +108,7 @@ class Settings(_Record):
     consumers: tuple[str, ...]
     redact: tuple[str, ...]
     dask_transitions: bool
+    pool_spans: str
     summary: bool
     sdk_disabled: bool
     disabled_instrumentations: frozenset[str]
@@ -172,6 +176,13 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
                 problems.append(f"{where}: expected true or false, got {raw!r}; using true")
             else:
                 kw[key] = b
+    if "pool_spans" in values:
+        raw, where = values["pool_spans"]
+        mode = str(raw).strip().lower()
+        if mode in POOL_SPANS:
+            kw["pool_spans"] = mode
+        else:
+            problems.append(f"{where}: unknown pool_spans mode {raw!r} (expected one of {', '.join(POOL_SPANS)}); using call")
 
     sdk_disabled = parse_bool(env.get("OTEL_SDK_DISABLED", "false"))
     if sdk_disabled is None:

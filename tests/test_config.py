@@ -10,6 +10,7 @@ def test_defaults_are_the_embedded_run_folder_and_documented_values():
     s = config.load({}, cwd="/nonexistent")
     assert s.capture == "metadata" and s.consumers == config.DEFAULT_CONSUMERS
     assert s.dask_transitions and s.summary and not s.problems
+    assert s.pool_spans == "call"
     assert s.exporters.embedded and s.exporters.traces == ("file",)
 
 
@@ -36,6 +37,19 @@ def test_bad_values_are_named_and_replaced_by_defaults(tmp_path):
     assert f"{tmp_path / 'evlog.yaml'}, line 3: unknown consumer(s) 'nope'" in text
     assert "line 4: redact pattern '(unclosed' is not a valid regular expression" in text
     assert s.capture == "metadata" and s.summary is True and s.consumers == ("wsat",) and s.redact == ()
+
+
+def test_pool_spans_from_the_variable_or_the_file_and_a_bad_mode_is_named(tmp_path):
+    assert config.load({"EVLOG_POOL_SPANS": " Chunk "}, cwd="/nonexistent").pool_spans == "chunk"
+    (tmp_path / "evlog.yaml").write_text("pool_spans: chunk\n")
+    assert config.load({}, cwd=str(tmp_path)).pool_spans == "chunk"
+    assert config.load({"EVLOG_POOL_SPANS": "call"}, cwd=str(tmp_path)).pool_spans == "call"  # the variable wins
+    s = config.load({"EVLOG_POOL_SPANS": "batch"}, cwd="/nonexistent")
+    assert s.pool_spans == "call"
+    assert s.problems == ("EVLOG_POOL_SPANS: unknown pool_spans mode 'batch' (expected one of call, chunk); using call",)
+    (tmp_path / "evlog.yaml").write_text("summary: true\npool_spans: [chunk]\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.pool_spans == "call" and f"{tmp_path / 'evlog.yaml'}, line 2: unknown pool_spans mode ['chunk']" in s.problems[0]
 
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path):
@@ -85,11 +99,12 @@ def test_disabled_instrumentations_accept_both_spellings():
 @hsettings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from(["EVLOG_CAPTURE", "EVLOG_CONSUMERS", "EVLOG_REDACT", "EVLOG_SUMMARY",
                                         "EVLOG_DASK_TRANSITIONS", "EVLOG_RUN_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                                        "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED"]),
+                                        "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED",
+                                        "EVLOG_POOL_SPANS"]),
                        st.text(max_size=30)))
 def test_any_variable_values_give_settings_never_an_exception(env):
     s = config.load(env, cwd="/nonexistent")
-    assert s.capture in config.CAPTURE_MODES
+    assert s.capture in config.CAPTURE_MODES and s.pool_spans in config.POOL_SPANS
     assert all(isinstance(p, str) and p for p in s.problems)
 
 
