@@ -182,7 +182,8 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
         if mode in POOL_SPANS:
             kw["pool_spans"] = mode
         else:
-            problems.append(f"{where}: unknown pool_spans mode {raw!r} (expected one of {', '.join(POOL_SPANS)}); using call")
+            problems.append(f"{where}: unknown pool_spans mode {raw!r} "
+                            f"(expected one of {', '.join(POOL_SPANS)}); using call")
 
     sdk_disabled = parse_bool(env.get("OTEL_SDK_DISABLED", "false"))
     if sdk_disabled is None:

@@ -45,11 +45,12 @@ def test_pool_spans_from_the_variable_or_the_file_and_a_bad_mode_is_named(tmp_pa
     assert config.load({}, cwd=str(tmp_path)).pool_spans == "chunk"
     assert config.load({"EVLOG_POOL_SPANS": "call"}, cwd=str(tmp_path)).pool_spans == "call"  # the variable wins
     s = config.load({"EVLOG_POOL_SPANS": "batch"}, cwd="/nonexistent")
-    assert s.pool_spans == "call"
-    assert s.problems == ("EVLOG_POOL_SPANS: unknown pool_spans mode 'batch' (expected one of call, chunk); using call",)
+    assert s.pool_spans == "call" and s.problems == (
+        "EVLOG_POOL_SPANS: unknown pool_spans mode 'batch' (expected one of call, chunk); using call",)
     (tmp_path / "evlog.yaml").write_text("summary: true\npool_spans: [chunk]\n")
     s = config.load({}, cwd=str(tmp_path))
-    assert s.pool_spans == "call" and f"{tmp_path / 'evlog.yaml'}, line 2: unknown pool_spans mode ['chunk']" in s.problems[0]
+    assert s.pool_spans == "call"
+    assert f"{tmp_path / 'evlog.yaml'}, line 2: unknown pool_spans mode ['chunk']" in s.problems[0]
 
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path):
