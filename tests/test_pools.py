@@ -151,21 +151,31 @@ def _pid_of(value):
     return value[0] if isinstance(value, list) else value
 
 
-@pytest.fixture(scope="module", params=["fork", "spawn", "forkserver"])
-def pools_run(request, tmp_path_factory):
-    script = tmp_path_factory.mktemp(f"pools-{request.param}") / "pools_app.py"
-    script.write_text(POOLS_PROGRAM)
+def _program_runs(tmp_path_factory, program: str, method: str, extra_env: dict, spans):
+    """Run ``program`` (its argument: the start method) under evlog-instrument at a receiver of its own;
+    yield its Run once the receiver has all ``spans(out, received)`` says."""
+    script = tmp_path_factory.mktemp(f"pools-{method}") / "pools_app.py"
+    script.write_text(program)
     receiver = CollectingReceiver().start()
     try:
-        env = evlog_env({**receiver.env("grpc"), **NO_TIMER})
-        proc = run_instrumented([PYTHON, str(script), request.param], env=env, timeout=240)
+        env = evlog_env({**receiver.env("grpc"), **extra_env})
+        proc = run_instrumented([PYTHON, str(script), method], env=env, timeout=240)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")
         out = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-        calls = sum(len(v) for k, v in out["calls"].items() if k in EXPECTED) + len(FAILING)
-        receiver.wait_for(lambda: len(Run(out, receiver.spans()).tasks()) >= calls, timeout=60)
+        out["script"], out["method"] = str(script), method
+        receiver.wait_for(lambda: spans(out, receiver.spans()), timeout=60)
         yield Run(out, receiver.spans())
     finally:
         receiver.stop()
+
+
+@pytest.fixture(scope="module", params=["fork", "spawn", "forkserver"])
+def pools_run(request, tmp_path_factory):
+    def arrived(out, spans):
+        calls = sum(len(v) for k, v in out["calls"].items() if k in EXPECTED) + len(FAILING)
+        return len(Run(out, spans).tasks()) >= calls
+
+    yield from _program_runs(tmp_path_factory, POOLS_PROGRAM, request.param, NO_TIMER, arrived)
 
 
 def test_one_span_per_call_for_every_pool_api(pools_run):
@@ -620,3 +630,195 @@ def test_tasks_of_one_function_and_context_are_rebuilt_once_where_they_run():
     assert baggage.get_baggage("tenant", restored) == "a"
     partials = [pickle.loads(pickle.dumps(other)) for _ in range(2)]
     assert partials[0] is not partials[1] and partials[0](4) == 16
+
+
+# EVLOG_POOL_SPANS=chunk: one span per chunk that the pool sends to a worker as one message.
+CHUNKS_PROGRAM = r'''
+import concurrent.futures as cf, json, multiprocessing as mp, os, sys, threading
+from multiprocessing.pool import ThreadPool
+from opentelemetry import trace
+
+tracer = trace.get_tracer("test.chunks")
+
+def pid(_=None):
+    return os.getpid()
+
+def pid2(a, b):
+    return os.getpid()
+
+def where(_):
+    return threading.current_thread().name
+
+def fail_at_4(x):
+    if x == 4:
+        raise ValueError(f"bad {x}")
+    return os.getpid()
+
+def main(method):
+    ctx = mp.get_context(method)
+    out = {"main_pid": os.getpid(), "calls": {}, "submitters": {}, "errors": {}}
+    with tracer.start_as_current_span("root") as root:
+        out["trace_id"] = format(root.get_span_context().trace_id, "032x")
+
+        def call(api, fn):
+            with tracer.start_as_current_span("submit " + api) as s:
+                out["submitters"][api] = format(s.get_span_context().span_id, "016x")
+                try:
+                    out["calls"][api] = fn()
+                except ValueError as e:
+                    out["errors"][api] = [type(e).__name__, str(e), str(e.__cause__)]
+
+        p = ctx.Pool(2)
+        call("pool.map", lambda: p.map(pid, range(8), chunksize=3))
+        call("pool.map_async", lambda: p.map_async(pid, range(5), chunksize=2).get(60))
+        call("pool.map_auto", lambda: p.map(pid, range(20)))  # the pool's chunksize: 20 / (2 workers * 4), 3
+        call("pool.starmap", lambda: p.starmap(pid2, [(i, i) for i in range(7)], chunksize=3))
+        call("pool.starmap_async", lambda: p.starmap_async(pid2, [(i, i) for i in range(4)], chunksize=4).get(60))
+        call("pool.imap", lambda: list(p.imap(pid, range(7), chunksize=3)))
+        call("pool.imap_unordered", lambda: list(p.imap_unordered(pid, range(7), chunksize=3)))
+        call("pool.map_one", lambda: p.map(pid, range(3), chunksize=1))
+        call("pool.imap_one", lambda: list(p.imap(pid, range(3))))
+        call("pool.apply", lambda: [p.apply(pid, (1,)), p.apply_async(pid, (2,)).get(60)])
+        call("pool.fail", lambda: p.map(fail_at_4, range(6), chunksize=3))
+        p.close()
+        p.join()
+        with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+            call("ppe.map", lambda: list(ex.map(pid, range(8), chunksize=3)))
+            call("ppe.map_one", lambda: list(ex.map(pid, range(3))))
+            call("ppe.submit", lambda: [ex.submit(pid, i).result() for i in range(2)])
+            call("ppe.fail", lambda: list(ex.map(fail_at_4, range(6), chunksize=3)))
+        with ThreadPool(2) as tp:
+            call("threadpool.map", lambda: tp.map(where, range(8), chunksize=3))
+    print(json.dumps(out))
+
+if __name__ == "__main__":
+    main(sys.argv[1])
+'''
+CHUNK_ENV = {**NO_TIMER, "EVLOG_POOL_SPANS": "chunk"}
+
+# api -> (chunk span name, evlog.pool.kind, evlog.pool.calls of its chunks)
+CHUNKED = {
+    "pool.map": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 2]),
+    "pool.map_async": ("multiprocessing.chunk pid", "mp.pool", [2, 2, 1]),
+    "pool.map_auto": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 3, 3, 3, 3, 2]),
+    "pool.starmap": ("multiprocessing.chunk pid2", "mp.pool", [3, 3, 1]),
+    "pool.starmap_async": ("multiprocessing.chunk pid2", "mp.pool", [4]),
+    "pool.imap": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 1]),
+    "pool.imap_unordered": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 1]),
+    "ppe.map": ("futures.chunk pid", "process", [3, 3, 2]),
+    "threadpool.map": ("multiprocessing.chunk where", "mp.threadpool", [3, 3, 2]),
+}
+# sent one call per message: a task span per call in either mode
+PER_CALL = {
+    "pool.map_one": "multiprocessing.task pid",
+    "pool.imap_one": "multiprocessing.task pid",
+    "pool.apply": "multiprocessing.task pid",
+    "ppe.map_one": "futures.task pid",
+    "ppe.submit": "futures.task pid",
+}
+CHUNK_FAILING = {"pool.fail": "multiprocessing.chunk fail_at_4", "ppe.fail": "futures.chunk fail_at_4"}
+
+
+@pytest.fixture(scope="module", params=["fork", "spawn"])
+def chunks_run(request, tmp_path_factory):
+    def arrived(out, spans):
+        n = len(CHUNK_FAILING) * 2 + sum(len(c) for _, _, c in CHUNKED.values())
+        n += sum(len(out["calls"][api]) for api in PER_CALL)
+        return len([s for s in spans if s["name"].endswith((" pid", " pid2", " where", " fail_at_4"))]) >= n
+
+    yield from _program_runs(tmp_path_factory, CHUNKS_PROGRAM, request.param, CHUNK_ENV, arrived)
+
+
+def test_chunk_mode_makes_one_span_per_chunk_of_a_chunked_map(chunks_run):
+    for api, (name, kind, calls) in CHUNKED.items():
+        spans = [s for s in chunks_run.under(api)]
+        assert {s["name"] for s in spans} == {name}, api
+        assert sorted((s["attributes"]["evlog.pool.calls"] for s in spans), reverse=True) == calls, api
+        assert sum(calls) == len(chunks_run.out["calls"][api]), api
+        assert {s["attributes"]["evlog.pool.kind"] for s in spans} == {kind}, api
+        assert {s["attributes"]["code.function.name"] for s in spans} == {"__main__." + name.split()[1]}, api
+        assert {s["kind"] for s in spans} == {"CONSUMER"}, api
+    threads = Counter()  # ThreadPool: each chunk ran on one pool thread, named on its span
+    for s in chunks_run.under("threadpool.map"):
+        threads[s["attributes"]["thread.name"]] += s["attributes"]["evlog.pool.calls"]
+    assert threads == Counter(chunks_run.out["calls"]["threadpool.map"])
+
+
+def test_chunk_spans_are_in_the_submitters_trace_and_recorded_by_the_worker_that_ran_them(chunks_run):
+    chunks = [s for s in chunks_run.spans if ".chunk " in s["name"]]
+    assert chunks and {s["trace_id"] for s in chunks} == {chunks_run.out["trace_id"]}
+    for api in CHUNKED:
+        if api.startswith("threadpool."):
+            continue
+        ran = Counter(chunks_run.out["calls"][api])  # the worker pid of every item
+        recorded = Counter()
+        for s in chunks_run.under(api):
+            recorded[s["resource"]["process.pid"]] += s["attributes"]["evlog.pool.calls"]
+        assert recorded == ran, api
+        assert chunks_run.out["main_pid"] not in recorded, api
+
+
+def test_chunk_mode_keeps_a_span_per_call_for_calls_sent_one_by_one(chunks_run):
+    assert [s for s in chunks_run.spans if ".chunk " in s["name"]], "chunk mode is on in this run"
+    for api, name in PER_CALL.items():
+        spans = chunks_run.under(api)
+        assert [s["name"] for s in spans] == [name] * len(chunks_run.out["calls"][api]), api
+        assert not [s for s in spans if "evlog.pool.calls" in s["attributes"]], api
+        assert Counter(s["resource"]["process.pid"] for s in spans) == Counter(chunks_run.out["calls"][api]), api
+    names = {s["name"] for s in chunks_run.spans}
+    expected = {"root"} | {f"submit {api}" for api in chunks_run.out["submitters"]}
+    expected |= {name for name, _, _ in CHUNKED.values()} | set(PER_CALL.values()) | set(CHUNK_FAILING.values())
+    assert names == expected  # and no task span for the items of a chunk
+
+
+def test_a_failing_item_fails_its_chunk_span_and_raises_as_without_evlog(chunks_run):
+    plain = subprocess.run([PYTHON, chunks_run.out["script"], chunks_run.out["method"]], env=evlog_env(),
+                           capture_output=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr.decode(errors="replace")
+    errors = json.loads(plain.stdout.decode().strip().splitlines()[-1])["errors"]
+    assert set(errors) == set(CHUNK_FAILING) and "fail_at_4" in errors["pool.fail"][2]
+    assert chunks_run.out["errors"] == errors  # type, message and the worker's traceback text, line by line
+    for api, name in CHUNK_FAILING.items():
+        spans = chunks_run.under(api)
+        assert {s["name"] for s in spans} == {name}, api
+        assert sorted((s["attributes"]["evlog.pool.calls"], s["status_code"]) for s in spans) == [
+            (3, "ERROR"), (3, "UNSET")], api
+        (span,) = [s for s in spans if s["status_code"] == "ERROR"]
+        assert span["status_message"] == "ValueError: bad 4", api
+        (event,) = [e for e in span["events"] if e["name"] == "exception"]
+        assert event["attributes"]["exception.type"] == "ValueError"
+        assert "fail_at_4" in event["attributes"]["exception.stacktrace"]
+        assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frames are not shown
+
+
+CHUNK_UNINSTRUMENT_PROGRAM = r'''
+import concurrent.futures.process as cfp, multiprocessing.pool as mpp, pickle
+import evlog
+from evlog.bootstrap import boot
+
+originals = {(cfp, "_process_chunk"): cfp._process_chunk, (mpp, "mapstar"): mpp.mapstar,
+             (mpp, "starmapstar"): mpp.starmapstar}
+evlog.configure(pool_spans="chunk")
+
+def check(replaced):
+    for (module, name), original in originals.items():
+        now = getattr(module, name)
+        assert (now is not original) is replaced, (name, now)
+        assert (now.__module__, now.__qualname__) == (original.__module__, original.__qualname__)
+        assert pickle.loads(pickle.dumps(now)) is now  # sent to workers by reference
+
+check(True)
+for name in ("futures", "multiprocessing"):
+    boot.active_instrumentors()[name].uninstrument()
+check(False)
+for name in ("futures", "multiprocessing"):
+    boot.active_instrumentors()[name].instrument()
+check(True)
+print("ok")
+'''
+
+
+def test_chunk_mode_replaces_the_pools_chunk_functions_by_reference_and_uninstrument_restores_them():
+    proc = subprocess.run([PYTHON, "-c", CHUNK_UNINSTRUMENT_PROGRAM], env=evlog_env(NO_TIMER), capture_output=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")

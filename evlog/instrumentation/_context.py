@@ -13,6 +13,11 @@ keeps one Task per (function, blob): the items of one ``imap`` or ``map`` restor
 name once. On failure the span gets ERROR status and the exception as an event, and the exception goes
 on to the pool unchanged.
 
+With EVLOG_POOL_SPANS=chunk, a Task that a pool sends with chunks of items (``Task.chunk``, set at
+submission) runs under ``runner``, the stand-in for the pool's chunk function: one span per chunk,
+``futures.chunk {function}`` or ``multiprocessing.chunk {function}`` with ``evlog.pool.calls``, and
+the user's function called item by item without a span of its own.
+
 The span is an SDK span made the cheap way (``_taskspan``), started and ended around the call in the
 thread that runs it (so span processors see both moments), ended before the result goes back, then
 exported in batches by that process's batch processor. A task still running when its process is told
@@ -37,13 +42,13 @@ from evlog import _report
 
 from . import _taskspan
 
-# evlog.pool.kind -> (span name prefix, instrumentation scope)
+# evlog.pool.kind -> (span name prefix, instrumentation scope, chunk span name prefix)
 KINDS = {
-    "thread": ("futures.task", "evlog.futures"),
-    "process": ("futures.task", "evlog.futures"),
-    "mp.pool": ("multiprocessing.task", "evlog.multiprocessing"),
-    "mp.threadpool": ("multiprocessing.task", "evlog.multiprocessing"),
-    "mp.process": ("multiprocessing.task", "evlog.multiprocessing"),
+    "thread": ("futures.task", "evlog.futures", "futures.chunk"),
+    "process": ("futures.task", "evlog.futures", "futures.chunk"),
+    "mp.pool": ("multiprocessing.task", "evlog.multiprocessing", "multiprocessing.chunk"),
+    "mp.threadpool": ("multiprocessing.task", "evlog.multiprocessing", "multiprocessing.chunk"),
+    "mp.process": ("multiprocessing.task", "evlog.multiprocessing", "multiprocessing.chunk"),
 }
 THREAD_KINDS = ("thread", "mp.threadpool")
 # Libraries that run their own internals on pools and threads (pool workers and managers, Dask's
@@ -67,9 +72,10 @@ _partial = functools.partial
 
 _starters: dict = {}  # kind -> start(name, attributes, parent Context) -> span; a fork keeps them
 _names: dict = {}  # (kind, named_callable(fn)) -> (span name, attributes); bounded
+_chunk_names: dict = {}  # (id(task attributes), calls) -> (task attributes, chunk span name, its attributes)
 _open: dict = {}  # id(span) -> span of tasks running now in this process
 _blobs: dict = {}  # (kind, id(Context)) -> (Context, pickled (kind, portable form)): one per submitter context
-_received: dict = {}  # (function, pickled context) -> Task, in the process that runs them: one per submitter
+_received: dict = {}  # (function, pickled context, chunk) -> Task, where they run: one per submitter
 _thread_attrs: dict = {}  # (id(attributes), thread name) -> (attributes, attributes + thread.name)
 
 
@@ -79,8 +85,9 @@ def current():
     return None if ctx.get(_SUPPRESS) else ctx
 
 
-def wrap(fn, kind: str):
-    """``fn`` as a Task carrying the current context; ``fn`` itself when suppressed or already wrapped."""
+def wrap(fn, kind: str, chunk: bool = False):
+    """``fn`` as a Task carrying the current context; ``fn`` itself when suppressed or already wrapped.
+    ``chunk``: the pool sends the Task with chunks of items, and each chunk runs in one span (see runner)."""
     t = type(fn)
     if t is Task:
         return fn
@@ -89,7 +96,7 @@ def wrap(fn, kind: str):
     ctx = _get_current()
     if ctx.get(_SUPPRESS) or is_machinery(fn):
         return fn
-    return Task(fn, kind, ctx)
+    return Task(fn, kind, ctx, chunk=chunk)
 
 
 def is_machinery(fn) -> bool:
@@ -150,21 +157,21 @@ def _blob(kind: str, parent) -> bytes:
     return blob
 
 
-def _rebuild(fn, blob: bytes):
+def _rebuild(fn, blob: bytes, chunk: bool = False):
     """The Task again, in the process that runs it. Tasks of one function from one submitter context
     (imap's items, a map's chunks) are one Task here, so its context and name are worked out once."""
     try:
         if type(fn) is FunctionType or type(fn) is BuiltinFunctionType:  # long-lived: safe to keep
-            key = (fn, blob)
+            key = (fn, blob, chunk)
             task = _received.get(key)
             if task is None:
                 if len(_received) > 256:
                     _received.clear()
                 kind, carried = pickle.loads(blob)
-                task = _received[key] = Task(fn, kind, carried, blob)
+                task = _received[key] = Task(fn, kind, carried, blob, chunk)
             return task
         kind, carried = pickle.loads(blob)
-        return Task(fn, kind, carried, blob)
+        return Task(fn, kind, carried, blob, chunk)
     except Exception as exc:  # evlog's own failure: the function runs untraced
         _report.warn_once("task-rebuild", f"cannot restore a task's context, tasks run untraced: {exc!r}")
         return fn
@@ -173,21 +180,22 @@ def _rebuild(fn, blob: bytes):
 class Task:
     """A user's function with the submitter's context; calling it runs the function in a task span."""
 
-    __slots__ = ("fn", "kind", "parent", "carried", "how")
+    __slots__ = ("fn", "kind", "parent", "carried", "how", "chunk")
 
-    def __init__(self, fn, kind: str, parent, carried=_NOT_YET):
+    def __init__(self, fn, kind: str, parent, carried=_NOT_YET, chunk: bool = False):
         self.fn = fn
         self.kind = kind
         self.parent = parent  # an OTel Context (same process) or a portable tuple (after pickling)
         self.carried = carried  # the pickled (kind, portable form), made once (imap pickles one Task per item)
         self.how = None  # (span name, attributes, start) once known
+        self.chunk = chunk  # sent with chunks of items: a pool's chunk function runs each chunk in one span
 
     def __reduce__(self):
         carried = self.carried
         if carried is _NOT_YET:
             carried = self.carried = _blob(self.kind, self.parent)
         # fn first: if it does not pickle, pickling fails exactly where and how it would without evlog.
-        return _rebuild, (self.fn, carried)
+        return _rebuild, (self.fn, carried, True) if self.chunk else (self.fn, carried)
 
     def __repr__(self):
         return f"<evlog task {self.fn!r}>"
@@ -210,16 +218,64 @@ class Task:
         try:
             return self.fn(*args, **kwargs)
         except BaseException as exc:
-            tb = exc.__traceback__
-            if tb is not None:  # leave this frame out: the pool shows the traceback it shows without evlog
-                exc.__traceback__ = tb.tb_next
-            _fail(span, exc)
+            _failed(span, exc)
             raise
         finally:
             _end(span, token)
 
 
-def _begin(task: Task):
+def runner(original, packed: bool):
+    """A stand-in for a pool's chunk function ``original``: multiprocessing.pool's ``mapstar`` and
+    ``starmapstar`` (``packed``: called with one ``(function, items)`` tuple) or concurrent.futures'
+    ``_process_chunk`` (called with ``function, items``). A chunk whose function is a chunk Task is
+    given to ``original`` with the user's own function, inside one span for the whole chunk
+    (``{prefix}.chunk {function}``, attribute ``evlog.pool.calls``); any other chunk goes to
+    ``original`` as it came. Either way no frame of evlog's is left in a traceback.
+
+    A plain function under the original's module and name: pickle sends it by reference (the worker
+    gets its own module's, the stand-in where evlog has set it up, else the original, whose per-call
+    Tasks make task spans)."""
+
+    def run(*args):
+        span = None
+        try:
+            task = args[0][0] if packed else args[0]
+            if type(task) is Task and task.chunk:
+                items = args[0][1] if packed else args[1]
+                try:
+                    span, token = _begin(task, len(items))
+                except Exception as exc:  # evlog's own failure: the chunk runs untraced
+                    _report.warn_once("task-span", f"cannot start a task span, tasks run untraced: {exc!r}")
+                args = ((task.fn, items),) if packed else (task.fn, items)
+            return original(*args)
+        except BaseException as exc:
+            _failed(span, exc)
+            raise
+        finally:
+            if span is not None:
+                _end(span, token)
+
+    functools.update_wrapper(run, original)
+    run.evlog_original = original
+    return run
+
+
+def install_runner(module, name: str, packed: bool) -> None:
+    """Set ``module.name`` (a pool's chunk function) to its runner (once)."""
+    current = getattr(module, name)
+    if getattr(current, "evlog_original", None) is None:
+        setattr(module, name, runner(current, packed))
+
+
+def remove_runner(module, name: str) -> None:
+    """Put back the chunk function that install_runner replaced."""
+    original = getattr(getattr(module, name, None), "evlog_original", None)
+    if original is not None:
+        setattr(module, name, original)
+
+
+def _begin(task: Task, calls: int = 0):
+    """Start the task's span (a chunk span of ``calls`` calls if given) and make it current."""
     parent = task.parent
     if type(parent) is not _Context:
         parent = task.parent = restore(parent)
@@ -227,6 +283,8 @@ def _begin(task: Task):
     if how is None:
         how = _how(task)
     name, attrs, start = how
+    if calls:
+        name, attrs = _describe_chunk(task.kind, name, attrs, calls)
     if start is None:  # a thread kind: its thread's name; or a starter not settled yet
         kind = task.kind
         if kind in THREAD_KINDS:
@@ -275,6 +333,16 @@ def _end(span, token) -> None:
             span.end()
     except Exception as exc:
         _report.warn_once("task-span-end", f"cannot end a task span: {exc!r}")
+
+
+def _failed(span, exc: BaseException) -> None:
+    """In evlog's frame that caught ``exc``: leave that frame out of its traceback (the pool shows the
+    traceback it shows without evlog), then record ``exc`` on ``span`` (if any)."""
+    tb = exc.__traceback__
+    if tb is not None:
+        exc.__traceback__ = tb.tb_next
+    if span is not None:
+        _fail(span, exc)
 
 
 def _fail(span, exc: BaseException) -> None:
@@ -347,6 +415,19 @@ def _describe(kind: str, fn):
             _names.clear()
         _names[key] = hit
     return hit
+
+
+def _describe_chunk(kind: str, name: str, attrs: dict, calls: int):
+    """(span name, attributes) of a chunk span from its task span's: ``{prefix}.chunk {function}``,
+    with ``evlog.pool.calls``; one dict per (function, calls), read-only as the task span's."""
+    key = (id(attrs), calls)
+    hit = _chunk_names.get(key)
+    if hit is None or hit[0] is not attrs:
+        if len(_chunk_names) > 4096:
+            _chunk_names.clear()
+        hit = _chunk_names[key] = (attrs, f"{KINDS[kind][2]} {name.partition(' ')[2]}",
+                                   {**attrs, "evlog.pool.calls": calls})
+    return hit[1], hit[2]
 
 
 def end_open_spans() -> None:

@@ -10,13 +10,18 @@ function itself, not its chunks, so each item gets its own span; the pool's own 
 thread, queue feeder, worker loop) is never wrapped. Importing concurrent.futures also switches on
 context propagation for plain threads (threads.py). The thread and process modules are patched only
 once something imports them.
+
+With EVLOG_POOL_SPANS=chunk (read once per process), ``ProcessPoolExecutor.map(..., chunksize > 1)``
+marks its Task as chunked and the module global ``_process_chunk`` (what each chunk runs in the worker,
+pickled by reference) is replaced by ``_context.runner``: one span ``futures.chunk {function}`` per
+chunk (attribute evlog.pool.calls), the function called per item without a span of its own.
 """
 from __future__ import annotations
 
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
-from evlog import _report
+from evlog import _report, config
 
 from . import _context
 from .threads import ThreadsInstrumentor
@@ -34,13 +39,19 @@ def _submit(kind: str):
     return submit
 
 
-def _process_map(wrapped, instance, args, kwargs):
-    if args:
-        try:
-            args = (_context.wrap(args[0], "process"),) + args[1:]
-        except Exception as exc:
-            _report.warn_once("futures-map", f"cannot trace mapped tasks: {exc!r}")
-    return wrapped(*args, **kwargs)
+def _process_map(chunks: bool):
+    """ProcessPoolExecutor.map's wrapper; ``chunks``: a chunk of more than one item gets one span."""
+    def process_map(wrapped, instance, args, kwargs):
+        if args:
+            try:
+                size = kwargs.get("chunksize", 1)
+                chunk = chunks and type(size) is int and size > 1
+                args = (_context.wrap(args[0], "process", chunk),) + args[1:]
+            except Exception as exc:
+                _report.warn_once("futures-map", f"cannot trace mapped tasks: {exc!r}")
+        return wrapped(*args, **kwargs)
+
+    return process_map
 
 
 class FuturesInstrumentor:
@@ -65,6 +76,9 @@ class FuturesInstrumentor:
         unwrap("concurrent.futures.thread.ThreadPoolExecutor", "submit")
         unwrap("concurrent.futures.process.ProcessPoolExecutor", "submit")
         unwrap("concurrent.futures.process.ProcessPoolExecutor", "map")
+        import concurrent.futures.process
+
+        _context.remove_runner(concurrent.futures.process, "_process_chunk")
 
     def _patch_thread(self, module) -> None:
         try:
@@ -76,8 +90,11 @@ class FuturesInstrumentor:
     def _patch_process(self, module) -> None:
         try:
             if self._on and not _ours(module.ProcessPoolExecutor, "submit"):
+                chunks = config.get().pool_spans == "chunk"
                 wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "submit", _submit("process"))
-                wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "map", _process_map)
+                wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "map", _process_map(chunks))
+                if chunks:
+                    _context.install_runner(module, "_process_chunk", packed=False)
         except Exception as exc:
             _report.warn_once("futures-process", f"ProcessPoolExecutor is not traced: {exc!r}")
 

@@ -12,6 +12,13 @@ For ``Process``, ``start()`` leaves the context on the process object (pickled w
 forkserver) and the child wraps ``target`` (or an overridden ``run``) just before running it.
 Processes that pools, managers and Dask start for themselves get nothing.
 
+With EVLOG_POOL_SPANS=chunk (read once per process), the methods that send chunks (``_map_async``
+unless chunksize=1, ``imap``/``imap_unordered`` with chunksize > 1) mark their Task as chunked, and
+the pool's chunk functions, the module globals ``mapstar`` and ``starmapstar``, are replaced by
+``_context.runner``: one span ``multiprocessing.chunk {function}`` per chunk (attribute
+evlog.pool.calls, the number of items), the function called per item without a span of its own.
+Workers get the replacement by inheritance (fork) or from this module's hook (spawn, forkserver).
+
 Nothing is lost at shutdown: spans end when the function returns, before the result goes back, and
 every way a worker leaves flushes (evlog.bootstrap.lifecycle): the sentinel (normal exit or
 ``os._exit``), and the SIGTERM of ``Pool.terminate()`` / ``Pool.__exit__``, which reaches a worker
@@ -23,11 +30,12 @@ and every child is guarded so that SIGTERM always ends it, as it does without ev
 from __future__ import annotations
 
 import multiprocessing.process as _mp_process
+import operator
 
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
-from evlog import _report
+from evlog import _report, config
 
 from . import _context
 from ._sigterm import SigtermGuard
@@ -35,21 +43,36 @@ from .threads import ThreadsInstrumentor
 
 _PARENT = "_evlog_parent"  # on a Process object between start() in the parent and run in the child
 _POOL_METHODS = ("apply_async", "_map_async", "imap", "imap_unordered")
+# The methods that send chunks: where their chunksize is among the arguments (after self), its default
+_CHUNKSIZE = {"_map_async": (3, None), "imap": (2, 1), "imap_unordered": (2, 1)}
+_CHUNK_FUNCTIONS = ("mapstar", "starmapstar")
 
 
-def _pool_submit(thread_pool: type):
+def _pool_submit(thread_pool: type, chunksize=None):
+    """The wrapper of a Pool method; ``chunksize``: (position, default) of the method's chunksize when
+    its chunks get one span each (EVLOG_POOL_SPANS=chunk), else None."""
     def submit(wrapped, instance, args, kwargs):
-        return _submit(wrapped, "mp.threadpool" if isinstance(instance, thread_pool) else "mp.pool", args, kwargs)
+        kind = "mp.threadpool" if isinstance(instance, thread_pool) else "mp.pool"
+        return _submit(wrapped, kind, args, kwargs, chunksize is not None and _sends_chunks(args, kwargs, *chunksize))
 
     return submit
 
 
-def _submit(wrapped, kind: str, args, kwargs):
+def _sends_chunks(args, kwargs, at: int, default) -> bool:
+    """Does this call send its items in chunks (chunksize None, the pool's choice, or more than 1)?"""
+    size = args[at] if len(args) > at else kwargs.get("chunksize", default)
+    try:
+        return size is None or operator.index(size) > 1
+    except TypeError:  # the pool's own error to raise
+        return False
+
+
+def _submit(wrapped, kind: str, args, kwargs, chunk: bool = False):
     try:
         if args:
-            args = (_context.wrap(args[0], kind),) + args[1:]
+            args = (_context.wrap(args[0], kind, chunk),) + args[1:]
         elif "func" in kwargs:
-            kwargs = {**kwargs, "func": _context.wrap(kwargs["func"], kind)}
+            kwargs = {**kwargs, "func": _context.wrap(kwargs["func"], kind, chunk)}
     except Exception as exc:
         _report.warn_once("mp-pool", f"cannot trace pool tasks: {exc!r}")
     return wrapped(*args, **kwargs)
@@ -115,13 +138,21 @@ class MultiprocessingInstrumentor:
         unwrap(_mp_process.BaseProcess, "_bootstrap")
         for name in _POOL_METHODS:
             unwrap("multiprocessing.pool.Pool", name)
+        import multiprocessing.pool
+
+        for name in _CHUNK_FUNCTIONS:
+            _context.remove_runner(multiprocessing.pool, name)
 
     def _patch_pool(self, module) -> None:
         try:
             if self._on and not _ours(module.Pool, _POOL_METHODS[0]):
-                submit = _pool_submit(module.ThreadPool)
+                chunks = config.get().pool_spans == "chunk"
                 for name in _POOL_METHODS:
-                    wrapt.wrap_function_wrapper(module.Pool, name, submit)
+                    where = _CHUNKSIZE.get(name) if chunks else None
+                    wrapt.wrap_function_wrapper(module.Pool, name, _pool_submit(module.ThreadPool, where))
+                if chunks:
+                    for name in _CHUNK_FUNCTIONS:
+                        _context.install_runner(module, name, packed=True)
         except Exception as exc:
             _report.warn_once("mp-pool-patch", f"multiprocessing.Pool is not traced: {exc!r}")
 
