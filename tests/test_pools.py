@@ -822,3 +822,12 @@ def test_chunk_mode_replaces_the_pools_chunk_functions_by_reference_and_uninstru
     proc = subprocess.run([PYTHON, "-c", CHUNK_UNINSTRUMENT_PROGRAM], env=evlog_env(NO_TIMER), capture_output=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")
+
+
+def test_chunk_spans_are_task_executions_for_the_consumers_and_the_viewer():
+    from evlog.processors import spans
+    from evlog.viewer import store
+
+    for name in ("futures.chunk f", "multiprocessing.chunk Model.predict"):
+        assert spans.category_of(name) == spans.COMPUTE, name  # worker saturation counts their time
+        assert store._columns(name, {}, "")[2] == store.CAT_POOL_TASK, name  # drawn with the pool tasks

@@ -5,7 +5,8 @@ what it does; evlog gets the same two moments from the SDK (a span processor's `
 ``on_end``). The mapping, also written down in docs/conventions.md:
 
 - category: ``compute`` for a task execution (``dask.execute {prefix}``, ``futures.task {function}``,
-  ``multiprocessing.task {function}``), ``move`` for a transfer (``dask.transfer``), otherwise the span
+  ``multiprocessing.task {function}``, and their chunk forms ``futures.chunk {function}`` and
+  ``multiprocessing.chunk {function}``), ``move`` for a transfer (``dask.transfer``), otherwise the span
   name without its template part (``dask.task {prefix}`` -> ``dask.task``; ``my span`` -> ``my``).
 - id: the task key (attribute ``dask.task.key``) where there is one, else the span id (16 hex digits).
 - timeline: ``(pid, thread, worker)``: this process, the thread that started or ended the span
@@ -19,7 +20,7 @@ import threading
 
 COMPUTE = "compute"
 MOVE = "move"
-COMPUTE_PREFIXES = ("dask.execute", "futures.task", "multiprocessing.task")
+COMPUTE_PREFIXES = ("dask.execute", "futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
 MOVE_PREFIXES = ("dask.transfer",)
 _CACHE_MAX = 4096  # distinct span names remembered; past that the cache is cleared (names are low-cardinality)
 

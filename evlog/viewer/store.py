@@ -35,7 +35,7 @@ SCHEMA_VERSION = "3"
 
 # span categories: what the Gantt draws
 CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK = 0, 1, 2, 3
-_POOL_PREFIXES = ("futures.task", "multiprocessing.task")
+_POOL_PREFIXES = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evlog_meta (key TEXT PRIMARY KEY, value TEXT);
