@@ -1,24 +1,31 @@
 """Throughput of process pools on trivial calls, plain against evlog, side by side in one run.
 
 One "run" is a fresh `python benchmarks/pools.py --run N` that times, after a warm-up, N calls of a
-trivial function through each pool (a fresh pool of 2 workers each, fork):
+trivial function through each pool (a fresh pool of 2 workers each, fork), REPS times in a row:
 
 - futures_process: ProcessPoolExecutor.map(f, range(N)) (chunksize 1: one message per call)
 - mp_pool:         multiprocessing.Pool.imap(f, range(N)) (chunksize 1: one message per call)
 - mp_pool_map:     multiprocessing.Pool.map(f, range(N)) (default chunks: ~N/8 calls per message)
 
-Variants, interleaved round by round (A B C A B C ...): plain python; under evlog-instrument with the
-default run folder; under evlog-instrument exporting OTLP/gRPC to a minimal collector in this process
-(parses each request in C and counts the task spans: a stand-in for a collector on another host).
-Every variant's defaults are left as a user gets them (consumers, capture). Each figure is the median
-over the rounds: calls per second (ratio evlog over plain; goal >= 0.9), and CPU per call of all the
-run's processes over each pool's whole life, exit flush included (ratio evlog over plain: what the
+Variants, interleaved round by round (A B C D A B C D ...): plain python; under evlog-instrument with
+the default run folder; under evlog-instrument exporting OTLP/gRPC to a minimal collector in this
+process (parses each request in C and counts the task spans: a stand-in for a collector on another
+host); and, for mp_pool_map only, the run folder with EVLOG_POOL_SPANS=chunk (one span per chunk).
+Every variant's other defaults are left as a user gets them (consumers, capture).
+
+Figures: calls per second, each run's figure the median of its REPS repetitions; the ratio is the
+median over rounds of (evlog / plain of the same round), so a machine that speeds up or slows down
+between rounds moves both sides of a ratio alike (goal >= 0.9). Then CPU per call of all the run's
+processes over each pool's whole life, exit flush included (ratio evlog over plain: what the
 throughput ratio becomes when the cores are busy anyway), and where the CPU of the timed calls goes
 (Linux /proc, per thread): the submitting process, the workers' main threads (the calls, their spans
 and the span processors), the workers' other threads (export). The proof line counts the task spans
 that reached the run folders and the collector.
 
-    python benchmarks/pools.py            # N = 20,000, 3 rounds
+Chunked Pool.map is reported, not judged against the goal with one span per call: a trivial call
+costs about 0.3 µs there, less than any span; its chunk-mode line is the one to hold to 0.9.
+
+    python benchmarks/pools.py            # N = 20,000, 5 rounds
     python benchmarks/pools.py --quick    # N = 2,000, 3 rounds
 """
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -39,6 +47,7 @@ PY = sys.executable
 HERE = os.path.abspath(__file__)
 WORKLOADS = ("futures_process", "mp_pool", "mp_pool_map")
 WARMUP = 1200  # > 2 x 512 calls: each worker exports a batch (and builds its exporter) before timing
+REPS = {"futures_process": 3, "mp_pool": 5, "mp_pool_map": 9}  # timed repetitions per run: ~1 s or more each
 
 
 def f(x):
@@ -80,10 +89,10 @@ def _worker_pids(pool) -> list:
     return [p.pid for p in getattr(pool, "_pool", [])]  # multiprocessing.Pool
 
 
-def run_workloads(n: int) -> dict:
-    """In the measured process: per workload, the seconds n calls take (pool started and warm), the
-    CPU seconds of the pool's whole life (start, warm-up, calls, shutdown with the workers' exit flush),
-    and the CPU seconds of the n calls by role (see _threads_cpu)."""
+def run_workloads(n: int, names: tuple = WORKLOADS) -> dict:
+    """In the measured process: per workload, the median seconds n calls take over REPS repetitions
+    (pool started and warm), the CPU seconds of the pool's whole life (start, warm-up, calls, shutdown
+    with the workers' exit flush), and the CPU seconds of the timed calls by role (see _threads_cpu)."""
     import concurrent.futures
     import multiprocessing
 
@@ -106,19 +115,23 @@ def run_workloads(n: int) -> dict:
         ("mp_pool", lambda: ctx.Pool(2), lambda p: p.map(f, range(WARMUP), chunksize=1), imap),
         ("mp_pool_map", lambda: ctx.Pool(2), lambda p: p.map(f, range(WARMUP), chunksize=1), pmap),
     ):
+        if name not in names:
+            continue
         cpu = _cpu()
+        walls = []
         with make() as pool:
             warm(pool)
             workers = _worker_pids(pool)
             before = _threads_cpu(workers)
-            t = time.perf_counter()
-            run(pool)
-            wall = time.perf_counter() - t
+            for _ in range(REPS[name]):
+                t = time.perf_counter()
+                run(pool)
+                walls.append(time.perf_counter() - t)
             after = _threads_cpu(workers)
-        out[name] = wall
+        out[name] = statistics.median(walls)
         out[name + ".cpu"] = _cpu() - cpu
         for role in before:
-            out[f"{name}.cpu.{role}"] = after[role] - before[role]
+            out[f"{name}.cpu.{role}"] = (after[role] - before[role]) / REPS[name]
     return out
 
 
@@ -132,7 +145,10 @@ def _measure(cmd: list, env: dict, timeout: float) -> dict:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"benchmark run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    dropped = re.search(r"([\d,]+) dropped \(could not be exported\)", proc.stderr)  # evlog's summary
+    out["dropped"] = int(dropped.group(1).replace(",", "")) if dropped else 0
+    return out
 
 
 def _spans_in(folder: str) -> int:
@@ -188,64 +204,79 @@ class CountingCollector:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--calls", type=int, default=0)
     ap.add_argument("--run", type=int, default=0, help=argparse.SUPPRESS)  # inside a measured process
+    ap.add_argument("--only", default=",".join(WORKLOADS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
-        print(json.dumps(run_workloads(args.run)))
+        print(json.dumps(run_workloads(args.run, tuple(args.only.split(",")))))
         return
     n = args.calls or (2_000 if args.quick else 20_000)
+    rounds = args.rounds or (3 if args.quick else 5)
     collector = CountingCollector()
     tmp = tempfile.mkdtemp(prefix="evlog-bench-pools-")
     cmd = [PY, HERE, "--run", str(n)]
     evlog_cmd = [PY, "-m", "evlog.launcher"] + cmd
     otlp = dict(OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
                 OTEL_EXPORTER_OTLP_INSECURE="true")
-    timeout = 60 + n * 0.05
-    results: dict[str, list[dict]] = {"plain": [], "evlog": [], "evlog_otlp": []}
-    in_folders = 0
+    timeout = 60 + n * 0.2
+    results: dict[str, list[dict]] = {"plain": [], "evlog": [], "evlog_otlp": [], "evlog_chunk": []}
+    in_folders = {"evlog": 0, "evlog_chunk": 0}
     try:
-        for i in range(args.rounds):
+        for i in range(rounds):
             results["plain"].append(_measure(cmd, _env(), timeout))
-            folder = os.path.join(tmp, f"run-{i}")
-            results["evlog"].append(_measure(evlog_cmd, _env(EVLOG_RUN_DIR=folder), timeout))
-            in_folders += _spans_in(folder)
-            shutil.rmtree(folder, ignore_errors=True)
+            for variant, extra, only in (("evlog", {}, WORKLOADS), ("evlog_chunk", {"EVLOG_POOL_SPANS": "chunk"},
+                                                                    ("mp_pool_map",))):
+                folder = os.path.join(tmp, f"{variant}-{i}")
+                results[variant].append(_measure(evlog_cmd + ["--only", ",".join(only)],
+                                                 _env(EVLOG_RUN_DIR=folder, **extra), timeout))
+                in_folders[variant] += _spans_in(folder)
+                shutil.rmtree(folder, ignore_errors=True)
             results["evlog_otlp"].append(_measure(evlog_cmd, _env(**otlp), timeout))
     finally:
         collector.stop()  # the runs flushed at exit, before their launcher returned
         shutil.rmtree(tmp, ignore_errors=True)
 
     def rate(variant: str, workload: str) -> float:
-        return n / statistics.median(r[workload] for r in results[variant])
+        return statistics.median(n / r[workload] for r in results[variant])
+
+    def ratio(variant: str, workload: str) -> float:  # median over rounds of the round's evlog / plain
+        return statistics.median(p[workload] / e[workload] for p, e in zip(results["plain"], results[variant]))
 
     def cpu(variant: str, workload: str) -> float:  # µs of CPU per call over the pool's life
-        return 1e6 * statistics.median(r[workload + ".cpu"] for r in results[variant]) / (n + WARMUP)
+        calls = n * REPS[workload] + WARMUP
+        return 1e6 * statistics.median(r[workload + ".cpu"] for r in results[variant]) / calls
 
     def role_cpu(variant: str, workload: str, role: str) -> float:  # µs of CPU per call while timed
         return 1e6 * statistics.median(r[f"{workload}.cpu.{role}"] for r in results[variant]) / n
 
     for workload in WORKLOADS:
         plain = rate("plain", workload)
-        for variant, suffix in (("evlog", ""), ("evlog_otlp", ".otlp")):
-            ev = rate(variant, workload)
-            print(f"pools.{workload}{suffix}: ratio {ev / plain:.2f} (plain {plain:,.0f}, evlog {ev:,.0f}, calls/s)")
+        variants = [("evlog", ""), ("evlog_otlp", ".otlp")]
+        if workload == "mp_pool_map":
+            variants.append(("evlog_chunk", ".chunk_spans"))
+        for variant, suffix in variants:
+            print(f"pools.{workload}{suffix}: ratio {ratio(variant, workload):.2f} "
+                  f"(plain {plain:,.0f}, evlog {rate(variant, workload):,.0f}, calls/s)")
         plain = cpu("plain", workload)
-        for variant, suffix in (("evlog", ""), ("evlog_otlp", ".otlp")):
+        for variant, suffix in variants:
             ev = cpu(variant, workload)
             print(f"pools.{workload}{suffix}.cpu: ratio {ev / plain:.2f} (plain {plain:.1f}, evlog {ev:.1f}, "
                   f"µs CPU per call, all processes)")
         for role, what in (("submitter", "the submitting process"), ("worker", "the workers' main threads")):
             plain, ev = role_cpu("plain", workload, role), role_cpu("evlog", workload, role)
-            ratio = f"{ev / plain:.2f}" if plain >= 1e6 * 0.03 / n else "-"  # plain under 3 ticks: no ratio
-            print(f"pools.{workload}.cpu.{role}: ratio {ratio} (plain {plain:.1f}, evlog {ev:.1f}, "
+            ratio_text = f"{ev / plain:.2f}" if plain >= 1e6 * 0.03 / n else "-"  # under 3 ticks: no ratio
+            print(f"pools.{workload}.cpu.{role}: ratio {ratio_text} (plain {plain:.1f}, evlog {ev:.1f}, "
                   f"evlog OTLP {role_cpu('evlog_otlp', workload, role):.1f}, µs CPU per call while timed, {what})")
         print(f"pools.{workload}.cpu.export: evlog {role_cpu('evlog', workload, 'export'):.1f}, evlog OTLP "
               f"{role_cpu('evlog_otlp', workload, 'export'):.1f} (µs CPU per call while timed, the workers' export threads)")
-    expected = args.rounds * len(WORKLOADS) * (n + WARMUP)
-    print(f"pools.proof: task spans expected {expected:,} per evlog variant; "
-          f"run folders got {in_folders:,}, the OTLP collector got {collector.spans:,}")
+    expected = rounds * sum(n * REPS[w] + WARMUP for w in WORKLOADS)
+    print(f"pools.proof: task spans expected {expected:,} per evlog variant; run folders got "
+          f"{in_folders['evlog']:,}, the OTLP collector got {collector.spans:,} (the runs' summaries: "
+          f"{sum(r['dropped'] for r in results['evlog']):,} and {sum(r['dropped'] for r in results['evlog_otlp']):,} "
+          f"dropped, queue full); chunk mode: "
+          f"{in_folders['evlog_chunk']:,} spans for {rounds * (n * REPS['mp_pool_map'] + WARMUP):,} calls")
 
 
 if __name__ == "__main__":
