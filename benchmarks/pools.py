@@ -272,10 +272,10 @@ def main() -> None:
         print(f"pools.{workload}.cpu.export: evlog {role_cpu('evlog', workload, 'export'):.1f}, evlog OTLP "
               f"{role_cpu('evlog_otlp', workload, 'export'):.1f} (µs CPU per call while timed, the workers' export threads)")
     expected = rounds * sum(n * REPS[w] + WARMUP for w in WORKLOADS)
+    dropped = [sum(r["dropped"] for r in results[v]) for v in ("evlog", "evlog_otlp")]
     print(f"pools.proof: task spans expected {expected:,} per evlog variant; run folders got "
-          f"{in_folders['evlog']:,}, the OTLP collector got {collector.spans:,} (the runs' summaries: "
-          f"{sum(r['dropped'] for r in results['evlog']):,} and {sum(r['dropped'] for r in results['evlog_otlp']):,} "
-          f"dropped, queue full); chunk mode: "
+          f"{in_folders['evlog']:,}, the OTLP collector got {collector.spans:,} (items the runs' summaries "
+          f"report dropped: {dropped[0]:,} and {dropped[1]:,}, all signals); chunk mode: "
           f"{in_folders['evlog_chunk']:,} spans for {rounds * (n * REPS['mp_pool_map'] + WARMUP):,} calls")
 
 
