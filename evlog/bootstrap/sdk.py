@@ -22,10 +22,12 @@ import threading
 from evlog import _report, stats
 from evlog.exporters import select
 
+from . import forkguard
+
 _providers: list = []  # the (traces, logs, metrics) Lazy*Providers of this process, for flush and resource updates
 _attrs: dict = {}  # this process's resource attributes: evlog's, the user's over them, then update_resource()'s
 _lock = threading.RLock()  # held while a provider is built (re-entered when one build needs another)
-select.hold_across_fork(_lock)  # a fork waits for a build: half-imported SDK modules would stay broken in the child
+forkguard.hold(_lock)  # a fork waits for a build: half-imported SDK modules would stay broken in the child
 # evlog's defaults where the user set nothing. Queues: 4-8 times the SDK's 2,048, which overflows at
 # bursts of about 10,000 spans/s; a queued span or log record holds about 2 KB, so a dead collector
 # costs at most about 50 MB (measured: tests/test_faults.py, a million spans and events).
@@ -207,6 +209,7 @@ class _LazyProvider:
         real = self._real
         if real is not None:
             return real
+        forkguard.register_last()
         with _lock:
             if self._real is not None:
                 return self._real

@@ -13,6 +13,7 @@ import threading
 from typing import Callable
 
 from evlog import _report, stats
+from evlog.bootstrap import forkguard
 
 SIGNAL_OTLP = {
     ("traces", "grpc"): ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
@@ -90,24 +91,7 @@ _all: list = []  # every managed exporter of this process
 _building = threading.Lock()  # held while an exporter (and its gRPC/HTTP modules) is built
 
 
-def hold_across_fork(lock) -> None:
-    """A fork waits for ``lock`` (bounded: a stuck holder never stops a fork) and releases it on both sides."""
-    if not hasattr(os, "register_at_fork"):
-        return
-    held = [False]
-
-    def before() -> None:
-        held[0] = lock.acquire(timeout=5)
-
-    def after() -> None:
-        if held[0]:
-            held[0] = False
-            lock.release()
-
-    os.register_at_fork(before=before, after_in_parent=after, after_in_child=after)
-
-
-hold_across_fork(_building)
+forkguard.hold(_building)  # a fork waits for an exporter being built
 
 
 _noted = [False]
@@ -140,6 +124,7 @@ class _Lazy:
         if self._inner is None or self._pid != pid:
             self._pid = pid
             try:
+                forkguard.register_last()
                 with _building:  # a fork waits for it: a half-imported grpc in the child would stay broken
                     self._inner = self._make()
             except Exception as exc:  # a bad certificate path, a missing package, ...
