@@ -19,12 +19,14 @@ being built may be unusable there, and the child says so once.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
 WAIT = 5.0  # seconds a fork waits for a lock
 _guards: list = []  # [lock, state] in registration order; state: None, True (held by this fork), False (timed out)
-_generation = [0]  # the registration whose before-hook acts; older ones stand aside
+_generation = [0]  # the registration whose before-hook acts; the others stand aside
+_numbers = itertools.count(1)  # one number per registration (next() is atomic: two threads never share one)
 _modules_seen = [-1]  # len(sys.modules) at the last registration
 
 
@@ -32,7 +34,7 @@ def hold(lock) -> None:
     """Forks wait for ``lock`` (bounded) and release it on both sides."""
     _guards.append([lock, None])
     if _generation[0] == 0:
-        register_last()
+        _register()
 
 
 def register_last() -> None:
@@ -41,10 +43,15 @@ def register_last() -> None:
     import concurrent.futures.thread  # noqa: F401  (their hooks take a lock: ours must come after them)
     import logging  # noqa: F401
 
-    if len(sys.modules) == _modules_seen[0] or not _guards or not hasattr(os, "register_at_fork"):
+    if len(sys.modules) != _modules_seen[0] and _guards:
+        _register()
+
+
+def _register() -> None:
+    if not hasattr(os, "register_at_fork"):
         return
     _modules_seen[0] = len(sys.modules)
-    gen = _generation[0] + 1
+    gen = next(_numbers)
 
     def before() -> None:
         if gen == _generation[0]:
@@ -52,7 +59,7 @@ def register_last() -> None:
                 g[1] = g[0].acquire(timeout=WAIT)
 
     os.register_at_fork(before=before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)
-    _generation[0] = gen  # only now: a fork in between still has the previous registration acting
+    _generation[0] = gen  # only once registered: a fork in between still has an earlier one acting
 
 
 def _after_in_parent() -> None:  # registered once per generation: the first call does the work
