@@ -36,6 +36,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -142,11 +143,18 @@ def _env(**kw) -> dict:
 
 
 def _measure(cmd: list, env: dict, timeout: float) -> dict:
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the run and its pool workers: none left behind
+            proc.communicate()
+            raise SystemExit(f"benchmark run timed out after {timeout:g} s: {' '.join(cmd)}")
     if proc.returncode != 0:
-        raise SystemExit(f"benchmark run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    dropped = re.search(r"([\d,]+) dropped \(could not be exported\)", proc.stderr)  # evlog's summary
+        raise SystemExit(f"benchmark run failed ({proc.returncode}): {stderr[-2000:]}")
+    out = json.loads(stdout.strip().splitlines()[-1])
+    dropped = re.search(r"([\d,]+) dropped \(could not be exported\)", stderr)  # evlog's summary
     out["dropped"] = int(dropped.group(1).replace(",", "")) if dropped else 0
     return out
 
