@@ -18,7 +18,8 @@ from helpers import PYTHON, evlog_env, run_instrumented
 from receiver import CollectingReceiver
 
 # Nothing leaves a process before it exits, so the exit paths are what deliver the spans. (It also keeps
-# the parent from importing grpc in a background thread while it forks workers: see docs/pools.md.)
+# the parent from building an exporter in a background thread while it forks workers: see the
+# fork limit in docs/pools.md.)
 NO_TIMER = {"OTEL_BSP_SCHEDULE_DELAY": "600000", "EVLOG_CONSUMERS": "none"}
 
 POOLS_PROGRAM = r'''
