@@ -428,6 +428,37 @@ def test_transition_events_can_be_switched_off_and_everything_else_stays(tmp_pat
     otlp_receiver.wait_for(lambda: any(m["name"] == "dask.scheduler.transitions" for m in otlp_receiver.metrics()))
 
 
+
+HELD_APP = r"""
+import gc, json, time
+from distributed import Client, LocalCluster, wait
+
+def inc(x):
+    return x + 1
+
+def lives():
+    from evlog.instrumentation.dask_scheduler import _Life
+    return sum(type(o) is _Life for o in gc.get_objects())
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        held = client.map(inc, range(300))
+        wait(held)
+        time.sleep(4)  # the spans go out 2 s after the tasks end (GRACE), at the next assembler pass
+        during = lives()
+        print(json.dumps({"held": len(held), "lives": during}))
+"""
+
+
+def test_a_held_result_keeps_no_record_on_the_scheduler_once_its_span_is_out(tmp_path, otlp_receiver):
+    """A persisted collection can hold millions of results for hours: once a task's span is out, the
+    scheduler keeps only a string for it until it is forgotten (its worker, for a span of a rerun)."""
+    env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
+    out = _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", HELD_APP)], env=env, timeout=120))
+    assert out == {"held": 300, "lives": 0}
+    otlp_receiver.wait_for(lambda: len(_named(otlp_receiver.spans(), "dask.task inc")) >= 300, timeout=60)
+
 BREAK_HOOKS = r'''
 import wrapt
 

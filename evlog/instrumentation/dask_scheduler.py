@@ -40,6 +40,7 @@ from . import dask_spans as ds
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
+_EXTRA = frozenset({"processing", "memory", "erred"})  # transitions to these record other fields
 _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 _parsed = ds._parsed  # traceparent -> parent SpanContext
 
@@ -51,13 +52,13 @@ class _Life:
 
     __slots__ = ("key", "ts", "trans", "end", "state", "worker", "deps", "kw", "emitted")
 
-    def __init__(self, key, ts):
+    def __init__(self, key, ts, worker=None):
         self.key = key
         self.ts = ts
         self.trans = []
         self.end = None  # time of the first transition to memory/erred/forgotten
         self.state = None
-        self.worker = None  # the worker it last ran on or was computed on
+        self.worker = worker  # the worker it last ran on or was computed on
         self.deps = None
         self.kw = None  # the keyword arguments of the memory/erred transition
         self.emitted = False
@@ -90,19 +91,26 @@ class SchedulerRecorder(SchedulerPlugin):
 
     def transition(self, key, start, finish, *args, stimulus_id=None, **kw):
         try:
-            ts = self._tasks.get(key)
+            # Tuples of atoms where possible: the garbage collector stops tracking those at once, and
+            # this log lives long enough (up to a pass) for anything it tracks to reach the oldest
+            # generation, which makes the scheduler's full collections longer and more frequent.
             if finish == "processing":
-                extra = ts.processing_on if ts is not None else None
+                ts = self._tasks.get(key)
+                ws = ts.processing_on if ts is not None else None
+                extra = ws.address if ws is not None else None
             elif finish == "memory" or finish == "erred":
                 # the worker; dependencies (gone once forgotten: kept now); Dask's keyword arguments
-                # only when erred (their error text): held until the next pass, the others would
-                # only keep Dask's message (startstops, metadata) alive for the garbage collector
+                # only when erred (their error text): the others would only keep Dask's message
+                # (startstops, metadata) alive
+                ts = self._tasks.get(key)
                 deps = ts.dependencies if ts is not None else None
                 extra = (kw.get("worker"), tuple([d.key for d in deps]) if deps else None,
                          kw if finish == "erred" else None)
+            elif start == "released":
+                extra = self._tasks.get(key)  # a life begins: its TaskState, for the span's fields
             else:
                 extra = None
-            self._append((key, start, finish, stimulus_id, self._time(), ts, extra))
+            self._append((key, start, finish, stimulus_id, self._time(), extra))
         except Exception as exc:  # never Dask's problem
             _report.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")
 
@@ -174,19 +182,17 @@ class SchedulerRecorder(SchedulerPlugin):
         now = monotonic()
         self._res = ds.resource()
         pause = ds.pacer()
-        for i, (key, start, finish, stim, t, ts, extra) in enumerate(batch):
+        for i, (key, start, finish, stim, t, extra) in enumerate(batch):
             if not i & 31:
                 pause()
             life = opened.get(key)
-            if life is None:
-                life = opened[key] = _Life(key, ts)
-            elif life.emitted or (life.end is not None and finish != "released" and finish != "forgotten"):
-                self._emit(life, out)  # it runs again, or its span is out already: a new life
-                prev, life = life, _Life(key, ts)
-                life.worker = prev.worker
-                opened[key] = life
+            if life is None or type(life) is str:  # a first life, or one after an emitted span
+                life = opened[key] = _Life(key, self._task(key, start, finish, extra), life or None)
+            elif life.end is not None and finish != "released" and finish != "forgotten":
+                self._emit(life, out)  # it runs again: a new life
+                life = opened[key] = _Life(key, life.ts, life.worker)
             if finish == "processing":
-                w = life.worker = extra.address if extra is not None else None
+                w = life.worker = extra
             elif finish == "memory" or finish == "erred":
                 w, deps, life.kw = extra
                 if deps:
@@ -206,26 +212,40 @@ class SchedulerRecorder(SchedulerPlugin):
                 life.state = finish
                 self._ended.append((now, life))
             if finish == "forgotten":
+                if life.ts is None:  # put back by Dask for its plugins, and recorded
+                    life.ts = self._task(key, start, finish, extra)
                 self._emit(life, out)
                 if opened.get(key) is life:
                     del opened[key]
         ended = self._ended
         while ended and (final or now - ended[0][0] >= GRACE):
-            self._emit(ended.popleft()[1], out)  # stays in _open (as emitted) until forgotten
+            life = ended.popleft()[1]
+            self._emit(life, out)
+            if opened.get(life.key) is life:
+                # until forgotten, only its worker stays (a string: nothing for the garbage collector)
+                opened[life.key] = life.worker or ""
         if final:
             for life in opened.values():
-                self._emit(life, out)
+                if type(life) is not str:
+                    self._emit(life, out)
             opened.clear()
         if story:
             events.record_transitions(story)
         return out
+
+    def _task(self, key, start, finish, extra):
+        """The TaskState of a new life: recorded with its first transition (from released), else
+        still in the scheduler's tasks (a life begun before this plugin, or after a span went out)."""
+        if start == "released" and extra is not None and finish not in _EXTRA:
+            return extra
+        return self._tasks.get(key)
 
     def _emit(self, life: _Life, out: list) -> None:
         if life.emitted or not life.trans or life.ts is None:
             return
         life.emitted = True
         if self._only_released(life):
-            life.trans, life.kw, life.deps = [], None, None
+            life.trans, life.kw, life.deps = (), None, None
             return
         try:
             span = self._span(life)
@@ -233,7 +253,7 @@ class SchedulerRecorder(SchedulerPlugin):
             _report.warn_once("dask-task-span", f"a Dask task span could not be built: {exc!r}")
             return
         finally:
-            life.trans, life.kw, life.deps = [], None, None  # the span keeps what it needs
+            life.trans, life.kw, life.deps = (), None, None  # the span keeps what it needs
         if span is not None:
             out.append(span)
 
