@@ -144,3 +144,72 @@ def test_a_failing_run_folder_short_path_writes_the_full_encoders_line(tmp_path,
     exporter.shutdown()
     (line,) = [p.read_text() for p in tmp_path.glob("traces-*.jsonl")]
     assert json.loads(line) == json.loads(otlp_json.dumps(otlp_json.encode_spans(spans)))
+
+
+def _rows(rows) -> list:
+    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
+
+
+def test_a_raw_request_is_the_written_bytes_and_reads_as_the_message(patched):
+    spans = _task_spans()
+    raw = fast_otlp._installed[2](spans)
+    assert type(raw) is fast_otlp.RawRequest
+    assert raw.SerializePartialToString() == raw.SerializeToString() == raw.body and raw.ByteSize() == len(raw.body)
+    assert _canonical(raw) == _canonical(_standard(spans))  # resource_spans, read through the parsed message
+    both = spans + _sdk_spans()
+    mixed = fast_otlp._installed[2](both)  # the linked span: the standard encoder's bytes, then ours
+    assert type(mixed) is fast_otlp.RawRequest
+    assert _canonical(mixed.message()) == _canonical(patched(both)) == _canonical(_standard(both))
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_otlp_exporters_send_the_written_bytes_without_parsing_them(otlp_receiver, protocol, patched, monkeypatch):
+    """Through the real exporters to the real receiver: the rows are those of the standard encoder's
+    request, and after the first request or two (the patch completes at the first request after the
+    exporter's module is imported; a gRPC exporter's old stub is already chosen for the request that
+    replaces it) the written bytes are sent as they are, never parsed."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from evlog.viewer import otlp_decode
+
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=otlp_receiver.grpc_endpoint, insecure=True)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter(endpoint=otlp_receiver.http_endpoint + "/v1/traces")
+    parsed, raw = [], []
+    message = fast_otlp.RawRequest.message
+    monkeypatch.setattr(fast_otlp.RawRequest, "message", lambda self: parsed.append(1) or message(self))
+    if protocol == "grpc":  # the stub's serializer, read when the exporter's new stub is made
+        serialize = fast_otlp._serialize
+        monkeypatch.setattr(fast_otlp, "_serialize", lambda r: raw.append(type(r)) or serialize(r))
+    else:
+        monkeypatch.setattr(fast_otlp.RawRequest, "SerializePartialToString",
+                            lambda self: raw.append(type(self)) or self.body)
+    spans = _task_spans()
+    try:
+        for _ in range(4):
+            assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    got = otlp_receiver.wait_for(lambda: len(otlp_receiver.spans()) >= 4 * len(spans) and otlp_receiver.spans())
+    expected = otlp_decode.decode_proto("traces", _standard(spans))
+    assert _rows(got) == _rows(expected * 4)
+    assert len(parsed) <= 1
+    assert len(raw) >= 2 and raw[-2:] == [fast_otlp.RawRequest] * 2  # the steady state: bytes as written
+
+
+def test_uninstall_gives_the_grpc_exporter_its_own_translation_back(patched):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    fast_otlp._installed[2](_task_spans())  # the first request completes the patch
+    assert OTLPSpanExporter.__dict__["_translate_data"] is not fast_otlp.raw_bytes._original
+    original = fast_otlp.raw_bytes._original
+    for p in list(fast_otlp._writers):
+        fast_otlp._writers.pop(p)
+    fast_otlp._uninstall()
+    assert OTLPSpanExporter.__dict__["_translate_data"] is original
+    assert not fast_otlp._unpatched

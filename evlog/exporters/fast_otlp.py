@@ -5,7 +5,9 @@ The standard OTLP encoder builds one protobuf object per span, per attribute and
 are the same for many spans: its name, kind and attributes (shared by every task of one function),
 its resource and scope. Here a span's bytes are written by hand (protobuf wire format of
 opentelemetry/proto/trace/v1/trace.proto) from cached constant parts and a few packed numbers, and
-the bytes of a whole request are parsed back into one ``ExportTraceServiceRequest`` in C.
+the exporters send the bytes of a whole request as they are (``RawRequest``: the HTTP exporter
+serializes what the encoder returns, the gRPC exporter gets a stub that passes them through).
+Anyone else calling ``encode_spans`` gets the usual message, parsed from those bytes in C.
 
 Which spans take this path: evlog's task spans (``TaskSpan``) and the SDK's own ``ReadableSpan``
 (``sdk_span_bytes``) when they have no links, and any type registered by an ``EncoderPatch`` with
@@ -310,11 +312,49 @@ _HOLDERS = (  # modules that hold encode_spans as a global
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
 )
 _writers: dict = {}  # span type -> (fits(span) -> bool, make() -> span_bytes for one request)
-_installed: list = []  # [original encode_spans, ours] while installed
+_installed: list = []  # [original encode_spans, ours, ours returning RawRequest] while installed
 
 
-def _fast_encode_spans(original, request_type):
-    def encode_spans(sdk_spans):
+class RawRequest:
+    """An ExportTraceServiceRequest kept as the bytes written here. The exporters send these bytes
+    as they are: parsing them into a message only to serialize it again cost about a third of the
+    export's CPU per span. Anything else asked of it is answered by the parsed message (made once)."""
+
+    __slots__ = ("body", "_msg")
+
+    def __init__(self, body: bytes):
+        self.body = body
+        self._msg = None
+
+    def SerializeToString(self, **_kw) -> bytes:
+        return self.body
+
+    SerializePartialToString = SerializeToString
+
+    def ByteSize(self) -> int:
+        return len(self.body)
+
+    def message(self):
+        if self._msg is None:
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+            self._msg = ExportTraceServiceRequest.FromString(self.body)
+        return self._msg
+
+    def __getattr__(self, name):
+        return getattr(self.message(), name)
+
+
+def _fast_encoders(original, request_type) -> tuple:
+    """(encode_spans returning a message, as the standard one does; the same returning a RawRequest
+    when it wrote spans itself)."""
+
+    def encode_raw(sdk_spans):
+        if _unpatched:
+            try:
+                _patch_exporters()
+            except Exception as exc:
+                _report.warn_once("fast-otlp-patch", f"spans are sent as parsed messages: {exc!r}")
         writers = _writers
         mine, rest = [], []
         try:
@@ -342,14 +382,17 @@ def _fast_encode_spans(original, request_type):
         except Exception as exc:
             _report.warn_once("fast-otlp-encode", f"fast span encoding failed, using the standard encoder: {exc!r}")
             return original(sdk_spans)
-        if not rest:
-            return request_type.FromString(body)
-        request = original(rest)
-        request.MergeFromString(body)  # appends these resource_spans
-        return request
+        if rest:  # two serialized requests, one after the other, parse as one (repeated fields append)
+            body = original(rest).SerializeToString() + body
+        return RawRequest(body)
+
+    def encode_spans(sdk_spans):
+        r = encode_raw(sdk_spans)
+        return request_type.FromString(r.body) if type(r) is RawRequest else r
 
     encode_spans.__wrapped__ = original
-    return encode_spans
+    encode_raw.__wrapped__ = original
+    return encode_spans, encode_raw
 
 
 _pausers: dict = {}  # span type -> make() -> pause, for writers on latency-bound processes (Dask)
@@ -358,6 +401,10 @@ _pausers: dict = {}  # span type -> make() -> pause, for writers on latency-boun
 def _pause_for(spans) -> Callable | None:
     make = _pausers.get(type(spans[0]))
     return make() if make is not None else None
+
+
+_HTTP = "opentelemetry.exporter.otlp.proto.http.trace_exporter"  # serializes what encode_spans returns
+_GRPC = "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"  # its exporter class: _translate_data
 
 
 def _install() -> None:
@@ -370,23 +417,119 @@ def _install() -> None:
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     except Exception:
         return  # another exporter version: every span takes the ordinary path
-    ours = _fast_encode_spans(original, ExportTraceServiceRequest)
-    _installed[:] = [original, ours]
+    ours, raw = _fast_encoders(original, ExportTraceServiceRequest)
+    _installed[:] = [original, ours, raw]
     for name in _HOLDERS:
         mod = sys.modules.get(name)
         if mod is not None and getattr(mod, "encode_spans", None) is original:
             mod.encode_spans = ours
+    _unpatched[:] = [_HTTP, _GRPC]
+    _patch_exporters()
+
+
+def _patch_exporters() -> None:
+    """The exporters' side of raw bytes, for each exporter module imported by now (and complete: its
+    import may still be running when the encoder module's import installs the patch). Called again
+    at each request until both are done."""
+    for name in list(_unpatched):
+        mod = sys.modules.get(name)
+        if name == _HTTP:
+            held = getattr(mod, "encode_spans", None)
+            if held is None or not _installed or held not in _installed[:2]:
+                continue
+            mod.encode_spans = _installed[2]
+        elif getattr(mod, "OTLPSpanExporter", None) is not None:
+            raw_bytes.install(mod.OTLPSpanExporter)
+        else:
+            continue
+        if name in _unpatched:
+            _unpatched.remove(name)
+
+
+_unpatched: list = []  # exporter modules still to patch for raw bytes
 
 
 def _uninstall() -> None:
     if not _installed:
         return
-    original, ours = _installed
+    original, ours, raw = _installed
+    raw_bytes.uninstall()
+    _unpatched.clear()
     for name in _HOLDERS:
         mod = sys.modules.get(name)
-        if mod is not None and getattr(mod, "encode_spans", None) is ours:
+        if mod is not None and getattr(mod, "encode_spans", None) in (ours, raw):
             mod.encode_spans = original
     _installed.clear()
+
+
+def _serialize(request) -> bytes:
+    return request.body if type(request) is RawRequest else request.SerializeToString()
+
+
+class _RawBytes:
+    """The gRPC span exporter sends a RawRequest's bytes as they are. Its class's ``_translate_data``
+    returns what the raw encoder returns, and the first call on each exporter gives it a stub whose
+    serializer takes those bytes (and messages, as before) on the same channel; that call still sends
+    a message, because the old stub is already chosen when ``_translate_data`` runs. Exporters made
+    before or after, by evlog or by the program, all take this path; without the attributes this
+    relies on (another exporter version), they keep the ordinary one."""
+
+    def __init__(self):
+        self._cls = None
+        self._original = None
+        self._stub = None
+
+    def install(self, cls) -> None:
+        if self._cls is not None or "_translate_data" not in cls.__dict__:
+            return  # done, or another exporter version
+        self._cls, self._original = cls, cls.__dict__["_translate_data"]
+        stub_type = self._stub_type
+        fallback = self._original
+
+        def _translate_data(exporter, data):
+            try:
+                if _installed:
+                    r = _installed[2](data)
+                    if type(r) is not RawRequest:
+                        return r
+                    stub = stub_type()
+                    if exporter.__dict__.get("_stub") is stub:
+                        return r
+                    exporter._client = stub(exporter._channel)  # for the next request
+                    exporter._stub = stub  # what a reconnection makes its stub with
+                    return r.message()
+            except Exception as exc:
+                _report.warn_once("fast-otlp-stub", f"spans are sent as parsed messages: {exc!r}")
+            return fallback(exporter, data)
+
+        cls._translate_data = _translate_data
+
+    def _stub_type(self):
+        if self._stub is None:
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+            class RawTraceServiceStub:
+                """TraceServiceStub whose request serializer passes a RawRequest's bytes through."""
+
+                def __init__(self, channel):
+                    self.Export = channel.unary_unary(
+                        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                        request_serializer=_serialize,
+                        response_deserializer=ExportTraceServiceResponse.FromString,
+                        _registered_method=True,
+                    )
+
+            self._stub = RawTraceServiceStub
+        return self._stub
+
+    def uninstall(self) -> None:
+        """Exporters keep their stub: it sends messages as the standard one does."""
+        if self._cls is not None:
+            self._cls._translate_data = self._original
+            self._cls = self._original = None
+
+
+raw_bytes = _RawBytes()
 
 
 class EncoderPatch:

@@ -10,7 +10,7 @@ the cost of a span is not in the SDK but in the OTLP encoder (one protobuf objec
 per event, per event attribute). So a ``FinishedSpan`` keeps its transitions as tuples and builds
 SDK ``Event`` objects only if someone reads ``.events`` (the run-folder or console exporter, a
 consumer), and the OTLP encoder is given a fast path for these spans: their protobuf bytes are
-written directly (constant parts cached), and parsed back into one message per batch in C.
+written directly (constant parts cached) and sent as they are.
 Other spans go through the encoder unchanged.
 """
 from __future__ import annotations
