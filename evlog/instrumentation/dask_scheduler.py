@@ -24,6 +24,7 @@ evlog.get_events ledger), except those relayed from a worker or client that did 
 """
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -47,21 +48,16 @@ _parsed = ds._parsed  # traceparent -> parent SpanContext
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
 
 
-class _Life:
-    """One life of a task on the scheduler: the transitions of one span."""
-
-    __slots__ = ("key", "ts", "trans", "end", "state", "worker", "deps", "kw", "emitted")
-
-    def __init__(self, key, ts, worker=None):
-        self.key = key
-        self.ts = ts
-        self.trans = []
-        self.end = None  # time of the first transition to memory/erred/forgotten
-        self.state = None
-        self.worker = worker  # the worker it last ran on or was computed on
-        self.deps = None
-        self.kw = None  # the keyword arguments of the memory/erred transition
-        self.emitted = False
+# One life of a task on the scheduler (the transitions of one span) is a tuple of atoms, replaced at
+# each transition: the garbage collector stops tracking such a tuple at its first collection, so the
+# lives of a big graph's tasks, open from submission until each task ends, never reach the oldest
+# generation (an object per task there makes every full collection of the scheduler's heap longer).
+# (serial, info, transitions, end, state, worker, dependencies, erred keyword arguments, at end):
+#   info: (prefix, group, group's span id, traceparent carrier) of the task, None if it was not found
+#   end: time of the first transition to memory/erred/forgotten; state: that transition's finish
+#   worker: the worker it last ran on or was computed on; dependencies: keys, from its memory transition
+#   at end: (nbytes, suspicious) read at its memory/erred transition (the task may be gone by the span)
+_SN, _INFO, _TRANS, _WORKER = 0, 1, 2, 5
 
 
 class SchedulerRecorder(SchedulerPlugin):
@@ -77,8 +73,9 @@ class SchedulerRecorder(SchedulerPlugin):
         self._append = self._log.append
         self._time = time.time
         self._transitions_on = transitions
-        self._open: dict = {}
-        self._ended: deque = deque()  # (monotonic time it ended, life)
+        self._open: dict = {}  # key -> its open life, or (once its span is out) its worker, a string
+        self._ended: deque = deque()  # (monotonic time it ended, key, serial of the life)
+        self._serial = itertools.count(1)
         self._removed: dict = {}  # stimulus_id of a worker removal -> worker address
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
         self.counts: Counter = Counter()  # (start, finish) -> transitions so far
@@ -99,13 +96,16 @@ class SchedulerRecorder(SchedulerPlugin):
                 ws = ts.processing_on if ts is not None else None
                 extra = ws.address if ws is not None else None
             elif finish == "memory" or finish == "erred":
-                # the worker; dependencies (gone once forgotten: kept now); Dask's keyword arguments
-                # only when erred (their error text): the others would only keep Dask's message
-                # (startstops, metadata) alive
+                # the worker; dependencies, size and suspicion (gone once forgotten: kept now); Dask's
+                # keyword arguments only when erred (their error text): the others would only keep
+                # Dask's message (startstops, metadata) alive
                 ts = self._tasks.get(key)
-                deps = ts.dependencies if ts is not None else None
-                extra = (kw.get("worker"), tuple([d.key for d in deps]) if deps else None,
-                         kw if finish == "erred" else None)
+                if ts is not None:
+                    deps = ts.dependencies
+                    extra = (kw.get("worker"), tuple([d.key for d in deps]) if deps else None,
+                             kw if finish == "erred" else None, ts.nbytes, ts.suspicious)
+                else:
+                    extra = (kw.get("worker"), None, kw if finish == "erred" else None, None, 0)
             elif start == "released":
                 extra = self._tasks.get(key)  # a life begins: its TaskState, for the span's fields
             else:
@@ -182,142 +182,145 @@ class SchedulerRecorder(SchedulerPlugin):
         now = monotonic()
         self._res = ds.resource()
         pause = ds.pacer()
+        serial = self._serial
         for i, (key, start, finish, stim, t, extra) in enumerate(batch):
             if not i & 31:
                 pause()
             life = opened.get(key)
             if life is None or type(life) is str:  # a first life, or one after an emitted span
-                life = opened[key] = _Life(key, self._task(key, start, finish, extra), life or None)
-            elif life.end is not None and finish != "released" and finish != "forgotten":
-                self._emit(life, out)  # it runs again: a new life
-                life = opened[key] = _Life(key, life.ts, life.worker)
+                sn, info, trans, end, state, worker, deps, kw, at_end = (
+                    next(serial), self._info(key, start, finish, extra), (), None, None, life or None, None, None, None)
+            else:
+                sn, info, trans, end, state, worker, deps, kw, at_end = life
+                if end is not None and finish != "released" and finish != "forgotten":
+                    self._emit(key, life, out)  # it runs again: a new life
+                    sn, trans, end, state, deps, kw, at_end = next(serial), (), None, None, None, None, None
             if finish == "processing":
-                w = life.worker = extra
+                w = worker = extra
             elif finish == "memory" or finish == "erred":
-                w, deps, life.kw = extra
-                if deps:
-                    life.deps = deps
-                w = w or (life.worker if start == "processing" else None)
+                w, d, kw, nbytes, suspicious = extra
+                at_end = (nbytes, suspicious)
+                if d:
+                    deps = d
+                w = w or (worker if start == "processing" else None)
                 if w:
-                    life.worker = w
+                    worker = w
             elif start == "processing" or start == "memory":
-                w = life.worker  # the worker it leaves (released, died, stolen)
+                w = worker  # the worker it leaves (released, died, stolen)
             else:
                 w = None
             tr = (key, start, finish, stim, w, t)  # an evlog.events.Transition, as a plain tuple
-            life.trans.append(tr)
+            trans += (tr,)
             story.append(tr)
-            if life.end is None and finish in TERMINAL:
-                life.end = t
-                life.state = finish
-                self._ended.append((now, life))
+            if end is None and finish in TERMINAL:
+                end, state = t, finish
+                self._ended.append((now, key, sn))
             if finish == "forgotten":
-                if life.ts is None:  # put back by Dask for its plugins, and recorded
-                    life.ts = self._task(key, start, finish, extra)
-                self._emit(life, out)
-                if opened.get(key) is life:
-                    del opened[key]
+                if info is None:  # put back by Dask for its plugins, and recorded
+                    info = self._info(key, start, finish, extra)
+                self._emit(key, (sn, info, trans, end, state, worker, deps, kw, at_end), out)
+                opened.pop(key, None)
+            else:
+                opened[key] = (sn, info, trans, end, state, worker, deps, kw, at_end)
         ended = self._ended
         while ended and (final or now - ended[0][0] >= GRACE):
-            life = ended.popleft()[1]
-            self._emit(life, out)
-            if opened.get(life.key) is life:
+            _, key, sn = ended.popleft()
+            life = opened.get(key)
+            if type(life) is tuple and life[_SN] == sn:  # else it is out already (forgotten, or ran again)
+                self._emit(key, life, out)
                 # until forgotten, only its worker stays (a string: nothing for the garbage collector)
-                opened[life.key] = life.worker or ""
+                opened[key] = life[_WORKER] or ""
         if final:
-            for life in opened.values():
-                if type(life) is not str:
-                    self._emit(life, out)
+            for key, life in opened.items():
+                if type(life) is tuple:
+                    self._emit(key, life, out)
             opened.clear()
         if story:
             events.record_transitions(story)
         return out
 
-    def _task(self, key, start, finish, extra):
-        """The TaskState of a new life: recorded with its first transition (from released), else
-        still in the scheduler's tasks (a life begun before this plugin, or after a span went out)."""
-        if start == "released" and extra is not None and finish not in _EXTRA:
-            return extra
-        return self._tasks.get(key)
+    def _info(self, key, start, finish, extra):
+        """(prefix, group, group's span id, carrier) of a new life's task: its TaskState is recorded
+        with its first transition (from released), else still in the scheduler's tasks (a life begun
+        before this plugin, or after a span went out). None if it is not found."""
+        ts = extra if start == "released" and extra is not None and finish not in _EXTRA else self._tasks.get(key)
+        if ts is None:
+            return None
+        tg = ts.group
+        ann = ts.annotations
+        return tg.prefix.name, tg.name, tg.span_id, ann.get(ds.CARRIER) if ann else None
 
-    def _emit(self, life: _Life, out: list) -> None:
-        if life.emitted or not life.trans or life.ts is None:
+    def _emit(self, key, life: tuple, out: list) -> None:
+        if not life[_TRANS] or life[_INFO] is None:
             return
-        life.emitted = True
-        if self._only_released(life):
-            life.trans, life.kw, life.deps = (), None, None
+        if self._only_released(life[_TRANS]):
             return
         try:
-            span = self._span(life)
+            span = self._span(key, life)
         except Exception as exc:
             _report.warn_once("dask-task-span", f"a Dask task span could not be built: {exc!r}")
             return
-        finally:
-            life.trans, life.kw, life.deps = (), None, None  # the span keeps what it needs
         if span is not None:
             out.append(span)
 
-    def _only_released(self, life: _Life) -> bool:
+    def _only_released(self, trans: tuple) -> bool:
         """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
         kept in the story ledger only, so a task costs one span however long its result lives."""
-        trans = life.trans
         if trans[0][1] not in ("memory", "erred"):
             return False
         removed = self._removed
         return all(t[2] in ("released", "forgotten") and t[3] not in removed for t in trans)
 
-    def _span(self, life: _Life):
-        ts = life.ts
-        tg = ts.group
-        ann = ts.annotations
-        tp = ann.get(ds.CARRIER) if ann else None
+    def _span(self, key, life: tuple):
+        _sn, (prefix, group, group_span, tp), trans, end, state, worker, deps, kw, at_end = life
         parent = (_parsed.get(tp) or ds.parse_traceparent(tp)) if tp is not None else None
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return None
             trace_id = parent[0]
         else:
-            trace_id = ds.trace_of_group(tg.span_id)
-        key = life.key
-        prefix = tg.prefix.name
+            trace_id = ds.trace_of_group(group_span)
         name = self._names.get(prefix)
         if name is None:
             if len(self._names) > 4096:
                 self._names.clear()
             name = self._names[prefix] = f"dask.task {prefix}"
+        ts = self._tasks.get(key) if at_end is None or state is None else None  # only if needed
         attrs = {
             "dask.task.key": key if type(key) is str else str(key),
             "dask.task.prefix": prefix,
-            "dask.task.group": tg.name,
-            "dask.task.state": life.state or ts.state,
+            "dask.task.group": group,
+            "dask.task.state": state or (ts.state if ts is not None else "released"),
         }
-        if life.worker:
-            attrs["dask.worker.address"] = life.worker
-        if ts.nbytes is not None and ts.nbytes >= 0:
-            attrs["dask.task.nbytes"] = ts.nbytes
-        deps = life.deps or [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
+        if worker:
+            attrs["dask.worker.address"] = worker
+        nbytes, suspicious = at_end if at_end is not None else (
+            (ts.nbytes, ts.suspicious) if ts is not None else (None, 0))
+        if nbytes is not None and nbytes >= 0:
+            attrs["dask.task.nbytes"] = nbytes
+        if deps is None and ts is not None:
+            deps = [d.key for d in list(ts.dependencies)]  # list(): the loop may change it
         if deps:
             attrs["dask.task.dependencies"] = tuple([d if type(d) is str else str(d) for d in deps])
-        if ts.suspicious:
-            attrs["dask.task.suspicious"] = ts.suspicious
+        if suspicious:
+            attrs["dask.task.suspicious"] = suspicious
         removed = self._removed
         if removed:
-            lost = [removed[t[3]] for t in life.trans if t[3] in removed and t[4] == removed[t[3]]]
+            lost = [removed[t[3]] for t in trans if t[3] in removed and t[4] == removed[t[3]]]
             if lost:
                 attrs["dask.task.workers_lost"] = sorted(set(lost))
         status, extra = ds.UNSET, ()
-        if life.state == "erred":
-            text, tb = _error_text(ts, life.kw or {})
+        if state == "erred":
+            text, tb = _error_text(ts if ts is not None else self._tasks.get(key), kw or {})
             status = Status(StatusCode.ERROR, text)
             ev = {"exception.message": text}
             if tb:
                 ev["exception.stacktrace"] = tb
-            extra = (("exception", int(life.end * 1e9), ev),)
-        trans = life.trans
+            extra = (("exception", int(end * 1e9), ev),)
         return ds.FinishedSpan(
             name, ds.context(trace_id, ds.new_span_id()), parent, self._res, attrs, SpanKind.INTERNAL,
-            status, int(trans[0][-1] * 1e9), int((life.end or trans[-1][-1]) * 1e9),
-            tuple(trans) if self._transitions_on else (), extra,  # a tuple of atoms: not tracked by the GC
+            status, int(trans[0][-1] * 1e9), int((end or trans[-1][-1]) * 1e9),
+            trans if self._transitions_on else (), extra,  # a tuple of atoms: not tracked by the GC
         )
 
 
