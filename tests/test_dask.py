@@ -456,7 +456,7 @@ if __name__ == "__main__":
 """
 
 
-def test_a_task_s_record_on_the_scheduler_is_untracked_and_a_held_result_keeps_none_once_its_span_is_out(tmp_path, otlp_receiver):
+def test_open_task_records_are_untracked_and_a_held_result_keeps_none_once_its_span_is_out(tmp_path, otlp_receiver):
     """A persisted collection can hold millions of results for hours: once a task's span is out, the
     scheduler keeps only a string for it until it is forgotten (its worker, for a span of a rerun).
     Before that, its record is nothing the garbage collector tracks (a big graph's records are open

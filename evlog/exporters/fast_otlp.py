@@ -534,8 +534,9 @@ raw_bytes = _RawBytes()
 
 class EncoderPatch:
     """Gives the OTLP trace exporters (gRPC and HTTP share one encoder) a fast path for one span type:
-    their ``encode_spans`` is replaced, in each module that holds it, by one that parses the request
-    written here for the registered types (and encodes any other spans as before). ``install()`` once
+    their ``encode_spans`` is replaced, in each module that holds it, by one that writes the request
+    here for the registered types (and encodes any other spans as before): the exporters send those
+    bytes as they are (``RawRequest``), any other caller gets them parsed into the message. ``install()`` once
     an OTLP exporter is in use in the process (its encoder module imported), or ``install_on_import()``
     to have it done when that happens; the last ``uninstall()`` restores the standard encoder."""
 
