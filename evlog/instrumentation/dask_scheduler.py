@@ -285,12 +285,12 @@ class SchedulerRecorder(SchedulerPlugin):
             if len(self._names) > 4096:
                 self._names.clear()
             name = self._names[prefix] = f"dask.task {prefix}"
-        ts = self._tasks.get(key) if at_end is None or state is None else None  # only if needed
+        ts = self._tasks.get(key) if at_end is None else None  # only if its memory/erred fields are missing
         attrs = {
             "dask.task.key": key if type(key) is str else str(key),
             "dask.task.prefix": prefix,
             "dask.task.group": group,
-            "dask.task.state": state or (ts.state if ts is not None else "released"),
+            "dask.task.state": state or trans[-1][2],  # not ended (a final flush): where it was last
         }
         if worker:
             attrs["dask.worker.address"] = worker
