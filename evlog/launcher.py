@@ -121,7 +121,45 @@ def _in_foreground_of_a_terminal() -> bool:
     return False
 
 
+def _start_exporter(env: dict):
+    """The run's exporter process (evlog/exporters/process.py): started before the program, so every
+    process of the run finds it; ended by closing its control pipe once the program has exited (or by
+    the launcher's own death). None if it cannot start: processes then start their own."""
+    try:
+        from evlog.exporters import process
+
+        addr, control, pid = process.start(env, SITE_DIR)
+        env[process.ENV] = addr
+        return control, pid
+    except Exception as exc:
+        sys.stderr.write(f"evlog: the exporter process could not start ({exc}); each process starts its own\n")
+        return None
+
+
+def _end_exporter(exporter) -> None:
+    """Close its control pipe and wait for it to flush (it bounds its own time; this wait is a backstop)."""
+    import time
+
+    control, pid = exporter
+    os.close(control)
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.02)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
+    exporter = _start_exporter(env) if stats_file else None
     pid = os.fork()
     if pid == 0:  # the child: becomes COMMAND, and owns the run under its own pid
         try:
@@ -158,6 +196,8 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
         except KeyboardInterrupt:
             continue
     code = os.waitstatus_to_exitcode(status)
+    if exporter is not None:
+        _end_exporter(exporter)
     if stats_file:
         try:
             from evlog import run

@@ -92,7 +92,8 @@ def summary(path: str) -> str:
     for r in rows:
         if r.get("info"):
             continue
-        pids.add(r.get("pid"))
+        if not r.get("exporter.processes"):  # the run's exporter process is not one of the program's
+            pids.add(r.get("pid"))
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
                 total[k] = total.get(k, 0) + v

@@ -430,41 +430,35 @@ def test_transition_events_can_be_switched_off_and_everything_else_stays(tmp_pat
 
 
 HELD_APP = r"""
-import gc, json, time
+import json, os, time
 from distributed import Client, LocalCluster, wait
 
 def inc(x):
     return x + 1
 
-def lives():
-    from evlog.instrumentation.dask_scheduler import _live
-    open_lives = [v for rec in _live for v in rec._open.values() if type(v) is not str]
-    gc.collect()
-    gc.collect()  # a tuple is let go by the collector once what it holds is: inner ones first
-    return len(open_lives), sum(gc.is_tracked(v) for v in open_lives)
-
 if __name__ == "__main__":
+    from evlog.instrumentation.dask_scheduler import _live
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         held = client.map(inc, range(300))
         wait(held)
-        time.sleep(1)  # recorded by the assembler, spans not out yet
-        during, tracked = lives()
-        time.sleep(3)  # the spans go out 2 s after the tasks end (GRACE), at the next assembler pass
-        after, _ = lives()
-        print(json.dumps({"held": len(held), "during": during, "tracked": tracked, "after": after}))
+        time.sleep(1.5)  # a shipping interval (0.5 s) and more
+        waiting = sum(len(rec._log) for rec in _live)
+        print(json.dumps({"held": len(held), "waiting": waiting, "pid": os.getpid()}))
 """
 
 
-def test_open_task_records_are_untracked_and_a_held_result_keeps_none_once_its_span_is_out(tmp_path, otlp_receiver):
-    """A persisted collection can hold millions of results for hours: once a task's span is out, the
-    scheduler keeps only a string for it until it is forgotten (its worker, for a span of a rerun).
-    Before that, its record is nothing the garbage collector tracks (a big graph's records are open
-    from submission to the end of each task)."""
+def test_the_scheduler_keeps_no_task_records_its_spans_are_built_by_the_exporter_process(tmp_path, otlp_receiver):
+    """A persisted collection can hold millions of results for hours: the scheduler's process keeps
+    nothing of evlog's per task once its transitions are shipped (every half second); the exporter
+    process builds the spans, with the scheduler process's resource."""
     env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
     out = _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", HELD_APP)], env=env, timeout=120))
-    assert out == {"held": 300, "during": 300, "tracked": 0, "after": 0}
+    assert out["held"] == 300 and out["waiting"] == 0, out
     otlp_receiver.wait_for(lambda: len(_named(otlp_receiver.spans(), "dask.task inc")) >= 300, timeout=60)
+    pids = {s["resource"].get("process.pid") for s in _named(otlp_receiver.spans(), "dask.task inc")}
+    assert pids == {out["pid"]}, pids
+
 
 BREAK_HOOKS = r'''
 import wrapt
@@ -475,7 +469,7 @@ def _break(module):
     def fail(*args, **kwargs):
         raise RuntimeError("injected")
 
-    dask_scheduler.SchedulerRecorder._span = fail
+    dask_scheduler._info = fail
     dask_worker.WorkerRecorder.begin = fail
 
 wrapt.register_post_import_hook(_break, "evlog.instrumentation.dask")
@@ -490,7 +484,7 @@ def test_an_error_inside_evlogs_hooks_is_reported_once_and_the_cluster_carries_o
     proc = run_instrumented([PYTHON, _write(tmp_path, "app.py", SMALL_APP)], env=env, timeout=120)
     assert _output(proc)["result"] == 210
     err = proc.stderr.decode(errors="replace")
-    assert err.count("evlog: a Dask task span could not be built: RuntimeError('injected')") == 1, err
+    assert err.count("evlog: a Dask transition could not be recorded: RuntimeError('injected')") == 1, err
     assert err.count("evlog: a Dask task runs without its span: RuntimeError('injected')") == 1, err
     assert "Traceback" not in err
     # the rest still works: client spans and events arrive

@@ -68,14 +68,12 @@ def _scheduler_init(wrapped, instance, args, kwargs):
         from evlog import config
 
         from . import dask_scheduler as sched
-        from .dask_spans import assembler
 
         rec = sched.SchedulerRecorder(instance, transitions=config.get().dask_transitions)
         instance.add_plugin(rec, name=rec.name, idempotent=True)
         rec.originals = sched.relay_handlers(instance, rec)
         roles.add("scheduler")
         sched.install_metrics()
-        assembler.add(rec)
     except Exception as exc:
         _report.warn_once("dask-scheduler", f"this Dask scheduler runs without evlog's task spans: {exc!r}")
 
@@ -140,9 +138,19 @@ def _patches() -> list:
 
 
 def _drain_all() -> None:
+    from evlog import records
+
     from .dask_spans import assembler
 
     assembler.run_once()
+    if dask_scheduler_live():
+        records.channel().ship()  # the scheduler's transitions reach the story ledger as they are shipped
+
+
+def dask_scheduler_live() -> bool:
+    from . import dask_scheduler
+
+    return bool(dask_scheduler._live)
 
 
 def _at_exit() -> None:
@@ -202,6 +210,8 @@ class DaskInstrumentor:
         cls._undo = []
         cls._active = False
         events.remove_flusher(_drain_all)
+        from evlog import records
+
         from . import dask_scheduler, dask_worker
         from .dask_spans import assembler, encoder_patch
 
@@ -209,7 +219,7 @@ class DaskInstrumentor:
             try:
                 rec.scheduler.plugins.pop(rec.name, None)
                 dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
-                assembler.remove(rec)
+                records.remove(rec._log)
                 dask_scheduler.retire(rec)
             except Exception as exc:
                 _report.warn_once("dask-uninstrument", f"cannot detach from a Dask scheduler: {exc!r}")

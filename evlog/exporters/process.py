@@ -1,0 +1,313 @@
+"""The run's exporter process: records in, spans out through the SDK's public types and stock exporters.
+
+evlog-instrument starts one per launch (``start``), before the program; a process set up without the
+launcher starts its own on first use (evlog.records). Observed processes connect to its abstract Unix
+socket (EVLOG_EXPORTER) and send length-prefixed ``marshal`` frames ``(hello, kind, meta, records)``
+(evlog.records). Here:
+- ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
+  the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
+- each ``kind`` has a builder that turns records into SDK ``ReadableSpan``s (``BUILDERS``);
+- spans go to the exporters the settings name (the stock OTLP exporters, the run folder, the console,
+  entry points; evlog.exporters.select), in batches, from one thread.
+
+It ends when its starter's control pipe closes (the program has exited, or the launcher was killed): it
+reads what connected processes still send for at most LINGER seconds, builds what is left, and exports
+for at most EXIT_TIMEOUT seconds (FAILING_WAIT once the collector has failed), then writes its counts to
+the run's stats file (the launcher's summary) and exits. It runs at a lower priority, so on a busy
+machine its work waits for the program's.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+ENV = "EVLOG_EXPORTER"
+LISTEN_FD, CONTROL_FD = 3, 4
+NICE = 10
+LINGER = 1.0  # seconds, after the control pipe closed, for connected processes to send their last records
+EXIT_TIMEOUT = 5.0
+FAILING_WAIT = 1.0
+BATCH = 512  # spans per export call
+MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped (and counted)
+
+
+def start(env: dict, site_dir: str | None = None) -> tuple[str, int, int]:
+    """Start an exporter process; returns its address, the write end of its control pipe (close it, or
+    exit, to end the exporter process) and its pid. Cheap: imports only socket."""
+    import socket
+
+    addr = f"evlog-{env.get('EVLOG_RUN_ID') or os.urandom(8).hex()}-{os.getpid()}-{os.urandom(4).hex()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + addr)
+    listener.listen(128)
+    r, w = os.pipe()
+    child_env = dict(env)
+    if site_dir is None:
+        site_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap", "site")
+    path = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != site_dir]
+    child_env["PYTHONPATH"] = os.pathsep.join(path)
+    child_env[ENV] = addr
+    child_env.pop("EVLOG_OWNER_PID", None)
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "evlog.exporters.process"], child_env,
+                           file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                         (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
+                                         (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)],
+                           setsid=True)
+        finally:
+            os.close(devnull)
+    finally:
+        listener.close()
+        os.close(r)
+    return addr, w, pid
+
+
+# ---- in the exporter process ---------------------------------------------------------------------
+
+
+def _builders():
+    """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans."""
+    from evlog.instrumentation import dask_lives
+
+    def dask_transitions(meta, resource):
+        return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
+
+    return {dask_lives.KIND: dask_transitions}
+
+
+class _Client:
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+        self.resource = None
+        self.builders: dict = {}
+
+    def get_resource(self):
+        return self.resource
+
+
+class Pipeline:
+    """Finished spans -> the run's span exporters, in batches, from one thread."""
+
+    def __init__(self):
+        import threading
+        from collections import deque
+
+        self.pending: deque = deque()
+        self.exporters: list | None = None
+        self._wake = threading.Event()
+        self._stop = False
+        self._idle = threading.Event()
+        self._idle.set()
+        self._thread = threading.Thread(target=self._loop, name="evlog-export", daemon=True)
+        self._thread.start()
+
+    def configure(self, env: dict) -> None:
+        """The run's settings, from the first hello: exporters as evlog.exporters.select builds them."""
+        if self.exporters is not None:
+            return
+        from evlog import config
+
+        from . import select
+
+        os.environ.update(env)  # the program's view of the run (its owner made the run folder)
+        settings = config.load()
+        config.set_current(settings)
+        makers = [m for m in (select.factory("traces", kind, settings) for kind in settings.exporters.traces) if m]
+        self.exporters = [select.managed_span_exporter(m) for m in makers]
+
+    def add(self, spans: list) -> None:
+        from evlog import stats
+
+        self.pending.extend(spans)
+        over = len(self.pending) - MAX_PENDING
+        if over > 0:
+            for _ in range(over):
+                self.pending.popleft()
+            stats.incr("dropped.queue_full", over)
+        if len(self.pending) >= BATCH:
+            self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop:
+            self._wake.wait(0.5)
+            self._wake.clear()
+            self.export_pending()
+
+    def export_pending(self) -> None:
+        if self.exporters is None:
+            return
+        self._idle.clear()
+        try:
+            pending = self.pending
+            while pending:
+                batch = [pending.popleft() for _ in range(min(BATCH, len(pending)))]
+                for exporter in self.exporters:
+                    exporter.export(batch)
+        finally:
+            self._idle.set()
+
+    def finish(self, timeout_s: float) -> None:
+        """Export what is pending within ``timeout_s`` (less once the collector fails); count the rest."""
+        import threading
+        import time
+
+        from evlog import stats
+
+        from . import select
+
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout_s)
+        t = threading.Thread(target=self.export_pending, name="evlog-export-final", daemon=True)
+        deadline = time.monotonic() + timeout_s
+        t.start()
+        cut = False
+        while t.is_alive() and time.monotonic() < deadline:
+            t.join(0.05)
+            if not cut and select.any_failed():
+                deadline = min(deadline, time.monotonic() + FAILING_WAIT)
+                cut = True
+        left = len(self.pending)
+        if left:
+            stats.incr("dropped.at_exit", left)
+        for exporter in self.exporters or ():
+            if not t.is_alive():
+                try:
+                    exporter.shutdown()
+                except Exception:
+                    pass
+
+
+def main() -> None:
+    import marshal
+    import selectors
+    import socket
+    import struct
+    import time
+
+    from evlog import _report, stats
+
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+    header = struct.Struct("<I")
+    builders = _builders()
+    pipeline = Pipeline()
+    listener = socket.socket(fileno=LISTEN_FD)
+    listener.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, None)
+    sel.register(CONTROL_FD, selectors.EVENT_READ, "control")
+    clients: dict = {}
+    closing_at = None
+
+    def frames(client: _Client) -> None:
+        buf = client.buf
+        pos = 0
+        while len(buf) - pos >= 4:
+            (n,) = header.unpack_from(buf, pos)
+            if len(buf) - pos - 4 < n:
+                break
+            try:
+                hello, kind, meta, records = marshal.loads(bytes(buf[pos + 4:pos + 4 + n]))
+            except Exception as exc:
+                _report.warn_once("exporter-frame", f"the exporter process got a frame it cannot read: {exc!r}")
+                stats.incr("dropped.bad_frames")
+                pos += 4 + n
+                continue
+            pos += 4 + n
+            if hello is not None:
+                _hello(client, hello)
+            b = client.builders.get(kind)
+            if b is None:
+                make = builders.get(kind)
+                if make is None:
+                    _report.warn_once(f"exporter-kind-{kind}", f"the exporter process has no builder for {kind!r} records")
+                    stats.incr("dropped.unknown_kind", len(records))
+                    continue
+                b = client.builders[kind] = make(meta, client.get_resource)
+            try:
+                pipeline.add(b.feed(records, time.monotonic()))
+            except Exception as exc:
+                _report.warn_once(f"exporter-build-{kind}", f"spans of {kind} records could not be built: {exc!r}")
+        del buf[:pos]
+
+    def _hello(client: _Client, hello: dict) -> None:
+        from opentelemetry.sdk.resources import Resource
+
+        client.resource = Resource(hello.get("resource") or {})
+        if pipeline.exporters is None:
+            pipeline.configure(hello.get("env") or {})
+
+    def tick(final: bool = False) -> None:
+        now = time.monotonic()
+        for client in list(clients.values()):
+            for b in client.builders.values():
+                try:
+                    pipeline.add(b.feed((), now, final))
+                except Exception as exc:
+                    _report.warn_once("exporter-tick", f"spans could not be built: {exc!r}")
+
+    def drop(sock) -> None:
+        client = clients.pop(sock, None)
+        sel.unregister(sock)
+        sock.close()
+        if client is not None:
+            for b in client.builders.values():
+                pipeline.add(b.feed((), time.monotonic(), True))
+
+    last_tick = time.monotonic()
+    while True:
+        timeout = 0.25
+        for key, _mask in sel.select(timeout):
+            if key.data == "control":
+                try:
+                    data = os.read(CONTROL_FD, 4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    sel.unregister(CONTROL_FD)
+                    closing_at = time.monotonic()
+            elif key.fileobj is listener:
+                try:
+                    sock, _ = listener.accept()
+                except OSError:
+                    continue
+                sock.setblocking(False)
+                clients[sock] = _Client(sock)
+                sel.register(sock, selectors.EVENT_READ, "client")
+            else:
+                sock = key.fileobj
+                try:
+                    data = sock.recv(1 << 20)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data:
+                    drop(sock)
+                    continue
+                client = clients[sock]
+                client.buf += data
+                frames(client)
+        now = time.monotonic()
+        if now - last_tick >= 0.5:
+            tick()
+            last_tick = now
+        if closing_at is not None and (not clients or now - closing_at > LINGER):
+            break
+    for sock in list(clients):
+        drop(sock)
+    tick(final=True)
+    pipeline.finish(EXIT_TIMEOUT)
+    stats.incr("exporter.processes")
+    stats.write_process_line()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,260 @@
+"""Records from the observed process to the run's exporter process.
+
+Instrumentation on a hot path only appends a tuple of atoms (str, int, float, None, tuples of those) to a
+deque it got from ``source(kind)``. A thread of this process (``evlog-ship``) swaps those deques out every
+INTERVAL seconds and writes them, ``marshal``-ed and length-prefixed, to the run's exporter process over
+a Unix socket; that process builds the spans and exports them (evlog/exporters/process.py). So what stays
+in the observed process per record is one append, and per batch one C-speed ``marshal.dumps`` and one write.
+
+The exporter process's address is EVLOG_EXPORTER (an abstract Unix socket name), set by evlog-instrument,
+which starts it. A process set up without the launcher (``evlog.configure()``, plain
+``opentelemetry-instrument``) starts its own on first use and publishes the address to its children.
+
+At exit (``lifecycle.before_flush``) everything recorded is shipped at once: a local write, so closing
+does not wait for any collector. A process killed with SIGKILL loses at most its last INTERVAL.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+import struct
+import threading
+from collections import deque
+
+from evlog import _report, stats
+
+INTERVAL = 0.5  # seconds between shipments
+FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps holds the GIL
+SEND_TIMEOUT = 5.0  # a stuck exporter process costs the shipping thread this much, once
+ENV = "EVLOG_EXPORTER"
+_HEADER = struct.Struct("<I")
+
+
+class _Source:
+    __slots__ = ("kind", "meta", "log", "tap", "announced")
+
+    def __init__(self, kind: str, meta, tap):
+        self.kind = kind
+        self.meta = meta
+        self.log: deque = deque()
+        self.tap = tap
+        self.announced = False
+
+
+class Channel:
+    """This process's records and their connection to the exporter process."""
+
+    def __init__(self):
+        self._sources: list[_Source] = []
+        self._lock = threading.Lock()  # one shipment at a time
+        self._wake = threading.Event()
+        self._sock = None
+        self._thread = None
+        self._dead = False
+        self._resource_sent = None
+        self._pid = os.getpid()
+
+    # ---- sources --------------------------------------------------------------------------------
+
+    def source(self, kind: str, meta=None, tap=None) -> deque:
+        """A deque to append records of ``kind`` to. ``meta`` (atoms) goes once, before its first
+        records; ``tap(items)`` sees every shipped list in this process (e.g. a local story ledger)."""
+        src = _Source(kind, meta, tap)
+        with self._lock:
+            self._sources.append(src)
+        self._ensure_thread()
+        return src.log
+
+    def remove(self, log: deque) -> None:
+        """Ship what ``log`` holds, then stop shipping it."""
+        self.ship()
+        with self._lock:
+            self._sources = [s for s in self._sources if s.log is not log]
+
+    # ---- shipping -------------------------------------------------------------------------------
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._loop, name="evlog-ship", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            self._wake.wait(INTERVAL)
+            self._wake.clear()
+            if self._pid != os.getpid():
+                return
+            self.ship()
+
+    def ship(self) -> int:
+        """Send everything recorded so far; the number of records sent (or dropped)."""
+        with self._lock:
+            frames = []
+            n = 0
+            for src in self._sources:
+                log = src.log
+                if not log:
+                    continue
+                pop = log.popleft
+                items = [pop() for _ in range(len(log))]
+                n += len(items)
+                if src.tap is not None:
+                    try:
+                        src.tap(items)
+                    except Exception as exc:
+                        _report.warn_once(f"records-tap-{src.kind}", f"records of {src.kind} not kept here: {exc!r}")
+                meta = None
+                if not src.announced:
+                    meta, src.announced = src.meta, True
+                for i in range(0, len(items), FRAME_ITEMS):
+                    frames.append((src.kind, meta, items[i:i + FRAME_ITEMS]))
+                    meta = None
+            if frames:
+                self._send(frames, n)
+            return n
+
+    def _send(self, frames: list, n: int) -> None:
+        if self._dead:
+            stats.incr("dropped.exporter_gone", n)
+            return
+        try:
+            sock = self._sock or self._connect()
+            head = self._hello()
+            for kind, meta, items in frames:
+                data = marshal.dumps((head, kind, meta, items))
+                head = None
+                sock.sendall(_HEADER.pack(len(data)) + data)
+        except Exception as exc:
+            self._dead = True
+            stats.incr("dropped.exporter_gone", n)
+            _report.warn_once("records-send", f"the exporter process cannot be reached ({exc}); this process's "
+                              "task telemetry is dropped and counted from now on, the program goes on")
+
+    def _hello(self):
+        """This process's resource (and the run's settings), when they changed since the last frame."""
+        from evlog.bootstrap import sdk
+
+        res = sdk.resource_attributes()
+        if res == self._resource_sent:
+            return None
+        self._resource_sent = res
+        env = {k: v for k, v in os.environ.items() if k.startswith(("OTEL_", "EVLOG_"))}
+        from evlog import config
+
+        run_dir = config.get().run_dir  # evlog.configure(run_dir=...) is a setting, not a variable
+        if run_dir:
+            env["EVLOG_RUN_DIR"] = run_dir
+        return {"pid": os.getpid(), "resource": res, "env": env}
+
+    def _connect(self):
+        import socket
+
+        addr = os.environ.get(ENV) or _start_own()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(SEND_TIMEOUT)
+        sock.connect("\0" + addr)
+        self._sock = sock
+        return sock
+
+    def close(self) -> None:
+        self.ship()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
+_own: list = []  # (starter's pid, control pipe, exporter's pid) of an exporter process started here
+
+
+def _start_own() -> str:
+    """No launcher started an exporter process: start one for this process and its children. This
+    process's exit ends it and waits for its flush (bounded), as the launcher does."""
+    from evlog.exporters import process
+
+    addr, control, pid = process.start(dict(os.environ))
+    _own.append((os.getpid(), control, pid))
+    os.environ[ENV] = addr
+    return addr
+
+
+def _end_own() -> None:
+    import time
+
+    from evlog.exporters import process
+
+    for starter, control, pid in list(_own):
+        if starter != os.getpid():
+            continue
+        _own.remove((starter, control, pid))
+        os.close(control)
+        deadline = time.monotonic() + process.LINGER + process.EXIT_TIMEOUT + 1.0
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if done:
+                break
+            time.sleep(0.02)
+
+
+_channel: Channel | None = None
+_guard = threading.Lock()
+
+
+def channel() -> Channel:
+    global _channel
+    ch = _channel
+    if ch is None or ch._pid != os.getpid():
+        with _guard:
+            if _channel is None or _channel._pid != os.getpid():
+                _channel = Channel()
+                _hook_exit()
+            ch = _channel
+    return ch
+
+
+def source(kind: str, meta=None, tap=None) -> deque:
+    return channel().source(kind, meta, tap)
+
+
+def remove(log: deque) -> None:
+    ch = _channel
+    if ch is not None and ch._pid == os.getpid():
+        ch.remove(log)
+
+
+_exit_hooked = False
+
+
+def _hook_exit() -> None:
+    global _exit_hooked
+    if _exit_hooked:
+        return
+    _exit_hooked = True
+    from evlog.bootstrap import lifecycle
+
+    lifecycle.before_flush(_at_exit)
+
+
+def _at_exit() -> None:
+    ch = _channel
+    if ch is not None and ch._pid == os.getpid():
+        ch.close()
+    if _own:
+        _end_own()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child is not the scheduler or worker its parent is: it ships only its own records."""
+    global _channel, _guard
+    _channel = None
+    _guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
