@@ -35,7 +35,7 @@ def attrs(kvs) -> dict:
 
 
 class PlainReceiver:
-    def __init__(self):
+    def __init__(self, port: int = 0):
         self.requests: list = []  # ExportTraceServiceRequest messages, as received
         self._cond = threading.Condition()
         receiver = self
@@ -59,7 +59,7 @@ class PlainReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), self.server)
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), self.server)
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Metrics(), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.port = self.server.add_insecure_port(f"127.0.0.1:{port}")
 
     def __enter__(self):
         self.server.start()

@@ -76,3 +76,99 @@ def test_a_scheduler_killed_with_sigkill_loses_nothing_it_recorded_before_its_la
         r.wait_for(lambda: len(_tasks(r, "inc")) >= 40 and _tasks(r, "fail"), timeout=30)
         keys = {attrs(s.attributes)["dask.task.key"] for _res, s in _tasks(r, "inc")}
         assert len(keys) == 40
+
+
+ROUNDS_APP = r'''
+import json, time
+from distributed import Client, LocalCluster
+
+def slow(x):
+    time.sleep(0.1)
+    return x
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        n = len(client.gather(client.map(slow, range(180), key=[f"slow-{i}" for i in range(180)])))
+        time.sleep(9)  # the collector comes back meanwhile
+    print(json.dumps({"tasks": n}), flush=True)
+'''
+
+
+def test_a_collector_down_for_ten_seconds_loses_no_task_span_once_it_is_back(tmp_path):
+    """The exporter process keeps a batch that failed and tries it again until the collector answers.
+    (The program's own spans and the workers' execute spans still go through the in-process SDK, whose
+    batch processor drops what fails: not checked here.)"""
+    import subprocess
+    import time
+
+    app = tmp_path / "app.py"
+    app.write_text(ROUNDS_APP)
+    first = PlainReceiver().__enter__()
+    port = first.port
+    # task spans only (the exporter process's path); the program's own signals have no retry of evlog's
+    env = evlog_env({**first.env(), "OTEL_EXPORTER_OTLP_TIMEOUT": "2", "OTEL_METRICS_EXPORTER": "none",
+                     "OTEL_LOGS_EXPORTER": "none"})
+    proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, str(app)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        first.wait_for(lambda: any(s.name == "dask.task slow" for _r, s in first.spans()), timeout=60)
+        first.server.stop(None)  # the collector goes down ...
+        time.sleep(10)
+        with PlainReceiver(port) as second:  # ... and comes back on the same address
+            out, err = proc.communicate(timeout=120)
+            keys = {attrs(s.attributes)["dask.task.key"] for _r, s in first.spans() + second.spans()
+                    if s.name == "dask.task slow"}
+            assert keys == {f"slow-{i}" for i in range(180)}, sorted(keys)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err.decode()[-2000:]
+
+
+TWO_ROUNDS_APP = r'''
+import json, sys, time
+from distributed import Client, LocalCluster
+
+def inc(x):
+    return x + 1
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        first = sum(client.gather(client.map(inc, range(20))))
+        print("first", flush=True)
+        sys.stdin.readline()  # the test kills the exporter process meanwhile
+        second = sum(client.gather(client.map(inc, range(100, 120))))
+    print(json.dumps({"first": first, "second": second}), flush=True)
+'''
+
+
+def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_counted(tmp_path):
+    import subprocess
+
+    import psutil
+
+    app = tmp_path / "app.py"
+    app.write_text(TWO_ROUNDS_APP)
+    with PlainReceiver() as r:
+        proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, str(app)], env=evlog_env(r.env()),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            assert proc.stdout.readline().strip() == b"first"
+            exporters = [c for c in psutil.Process(proc.pid).children()
+                         if "evlog.exporters.process" in " ".join(c.cmdline())]
+            assert len(exporters) == 1
+            exporters[0].kill()  # a zombie until the launcher reaps it at the end
+            out, err = proc.communicate(b"\n", timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0
+    assert json.loads(out.decode().splitlines()[-1]) == {"first": 210, "second": 2210}
+    err = err.decode()
+    assert err.count("evlog: the exporter process cannot be reached") == 1, err
+    assert "Traceback" not in err
+    summary = [line for line in err.splitlines() if line.startswith("evlog: ") and " spans, " in line]
+    assert len(summary) == 1 and "dropped (could not be exported)" in summary[0], err

@@ -88,25 +88,75 @@ class _Client:
         return self.resource
 
 
+class _Sink:
+    """One exporter of the run and its queue: a batch that fails is tried again (after a pause) until it
+    goes through, so a collector that is down for a while loses nothing; only the memory bound and
+    exit's deadline drop spans, and those are counted."""
+
+    def __init__(self, make):
+        from collections import deque
+
+        self.make = make
+        self.exporter = None
+        self.pending: deque = deque()
+        self.retry: list | None = None  # the batch that failed last, tried first
+        self.failing = False
+        self.pause_until = 0.0
+
+    def export(self, stop_at: float | None = None) -> None:
+        import time
+
+        from evlog import _report, stats
+
+        if self.exporter is None:
+            try:
+                self.exporter = self.make()
+            except Exception as exc:
+                _report.warn_once("exporter-build", f"cannot set up the span exporter: {exc}")
+                self.make = lambda: None
+            if self.exporter is None:
+                stats.incr("dropped.no_exporter", len(self.pending))
+                self.pending.clear()
+                return
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        pending = self.pending
+        while self.retry or pending:
+            now = time.monotonic()
+            if now < self.pause_until or (stop_at is not None and now >= stop_at):
+                return
+            batch = self.retry or [pending.popleft() for _ in range(min(BATCH, len(pending)))]
+            try:
+                ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
+            except Exception as exc:
+                _report.warn_once("export-traces", f"exporting spans failed: {exc}")
+                ok = False
+            if ok:
+                stats.incr("traces.exported", len(batch))
+                self.retry, self.failing = None, False
+            else:
+                self.retry, self.failing = batch, True
+                self.pause_until = time.monotonic() + 1.0
+
+    def held(self) -> int:
+        return len(self.pending) + len(self.retry or ())
+
+
 class Pipeline:
     """Finished spans -> the run's span exporters, in batches, from one thread."""
 
     def __init__(self):
         import threading
-        from collections import deque
 
-        self.pending: deque = deque()
-        self.exporters: list | None = None
+        self.sinks: list | None = None
         self._wake = threading.Event()
         self._stop = False
-        self._idle = threading.Event()
-        self._idle.set()
         self._thread = threading.Thread(target=self._loop, name="evlog-export", daemon=True)
         self._thread.start()
 
     def configure(self, env: dict) -> None:
         """The run's settings, from the first hello: exporters as evlog.exporters.select builds them."""
-        if self.exporters is not None:
+        if self.sinks is not None:
             return
         from evlog import config
 
@@ -116,67 +166,67 @@ class Pipeline:
         settings = config.load()
         config.set_current(settings)
         makers = [m for m in (select.factory("traces", kind, settings) for kind in settings.exporters.traces) if m]
-        self.exporters = [select.managed_span_exporter(m) for m in makers]
+        self.sinks = [_Sink(m) for m in makers]
 
     def add(self, spans: list) -> None:
+        if not spans or not self.sinks:
+            return
         from evlog import stats
 
-        self.pending.extend(spans)
-        over = len(self.pending) - MAX_PENDING
-        if over > 0:
-            for _ in range(over):
-                self.pending.popleft()
-            stats.incr("dropped.queue_full", over)
-        if len(self.pending) >= BATCH:
+        for sink in self.sinks:
+            sink.pending.extend(spans)
+            over = len(sink.pending) - MAX_PENDING
+            if over > 0:
+                for _ in range(over):
+                    sink.pending.popleft()
+                stats.incr("dropped.queue_full", over)
+        if len(self.sinks[0].pending) >= BATCH:
             self._wake.set()
+
+    def failing(self) -> bool:
+        return any(s.failing for s in self.sinks or ())
 
     def _loop(self) -> None:
         while not self._stop:
             self._wake.wait(0.5)
             self._wake.clear()
-            self.export_pending()
-
-    def export_pending(self) -> None:
-        if self.exporters is None:
-            return
-        self._idle.clear()
-        try:
-            pending = self.pending
-            while pending:
-                batch = [pending.popleft() for _ in range(min(BATCH, len(pending)))]
-                for exporter in self.exporters:
-                    exporter.export(batch)
-        finally:
-            self._idle.set()
+            if not self._stop:
+                for sink in self.sinks or ():
+                    sink.export()
 
     def finish(self, timeout_s: float) -> None:
-        """Export what is pending within ``timeout_s`` (less once the collector fails); count the rest."""
+        """Export what is held within ``timeout_s`` (FAILING_WAIT once the collector fails); count the rest."""
         import threading
         import time
 
         from evlog import stats
 
-        from . import select
-
         self._stop = True
         self._wake.set()
         self._thread.join(timeout_s)
-        t = threading.Thread(target=self.export_pending, name="evlog-export-final", daemon=True)
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + (FAILING_WAIT if self.failing() else timeout_s)
+
+        def run():
+            for sink in self.sinks or ():
+                sink.pause_until = 0.0
+                sink.export(stop_at=deadline)
+
+        t = threading.Thread(target=run, name="evlog-export-final", daemon=True)
         t.start()
         cut = False
         while t.is_alive() and time.monotonic() < deadline:
             t.join(0.05)
-            if not cut and select.any_failed():
+            if not cut and self.failing():
                 deadline = min(deadline, time.monotonic() + FAILING_WAIT)
                 cut = True
-        left = len(self.pending)
+        left = sum(s.held() for s in self.sinks or ())
         if left:
             stats.incr("dropped.at_exit", left)
-        for exporter in self.exporters or ():
-            if not t.is_alive():
+        if not t.is_alive():
+            for sink in self.sinks or ():
                 try:
-                    exporter.shutdown()
+                    if sink.exporter is not None:
+                        sink.exporter.shutdown()
                 except Exception:
                     pass
 
@@ -188,8 +238,11 @@ def main() -> None:
     import struct
     import time
 
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own lines on stderr: evlog reports failures itself
     from evlog import _report, stats
+    from evlog.bootstrap import sdk
 
+    sdk.route_sdk_logging()
     try:
         os.nice(NICE)
     except OSError:
@@ -240,7 +293,7 @@ def main() -> None:
         from opentelemetry.sdk.resources import Resource
 
         client.resource = Resource(hello.get("resource") or {})
-        if pipeline.exporters is None:
+        if pipeline.sinks is None:
             pipeline.configure(hello.get("env") or {})
 
     def tick(final: bool = False) -> None:
