@@ -118,9 +118,21 @@ def _topics(topic) -> list[str]:
 # ---- transitions -------------------------------------------------------------------------------
 
 def record_transitions(items: Iterable[tuple]) -> None:
-    """Keep scheduler transitions, (key, start, finish, stimulus_id, worker, time) tuples (called in
-    batches by the Dask instrumentation; plain tuples, made Transitions when read)."""
+    """Keep scheduler transitions as the Dask instrumentation records them, ``(key, start, finish,
+    stimulus_id, time, extra, info)`` tuples (evlog.instrumentation.dask_lives), in batches; made
+    Transitions only when read. Records with no key (a worker's removal) are skipped then."""
     _transitions.extend(items)  # deque.extend is atomic under the GIL
+
+
+def _transition(t: tuple) -> Transition:
+    finish, extra = t[2], t[5]
+    if finish == "processing":
+        worker = extra
+    elif (finish == "memory" or finish == "erred") and extra is not None:
+        worker = extra[0]
+    else:
+        worker = None
+    return Transition(t[0], t[1], finish, t[3], worker, t[4])
 
 
 def story(*keys_or_stimuli: Any) -> list[Transition]:
@@ -137,7 +149,8 @@ def story(*keys_or_stimuli: Any) -> list[Transition]:
         except TypeError:  # an unhashable key (a list): compare as text
             pass
         wanted.add(str(k))
-    out = [Transition._make(t) for t in list(_transitions) if t[0] in wanted or t[3] in wanted or str(t[0]) in wanted]
+    out = [_transition(t) for t in list(_transitions)
+           if t[0] is not None and (t[0] in wanted or t[3] in wanted or str(t[0]) in wanted)]
     out.sort(key=lambda t: t.time)
     return out
 

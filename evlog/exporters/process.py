@@ -54,8 +54,7 @@ def start(env: dict, site_dir: str | None = None) -> tuple[str, int, int]:
             pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "evlog.exporters.process"], child_env,
                            file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
                                          (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
-                                         (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)],
-                           setsid=True)
+                                         (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)])
         finally:
             os.close(devnull)
     finally:
@@ -238,6 +237,14 @@ def main() -> None:
     import struct
     import time
 
+    import signal
+
+    # In the program's process group (a job control stop or a kill of the group reaches it too), but a
+    # Ctrl-C or a closed terminal must not cut its flush short: it ends when its control pipe closes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    terminated = []  # SIGTERM (a kill of the whole group): close as when the control pipe closes
+    signal.signal(signal.SIGTERM, lambda *_: terminated.append(1))
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own lines on stderr: evlog reports failures itself
     from evlog import _report, stats
     from evlog.bootstrap import sdk
@@ -348,6 +355,8 @@ def main() -> None:
                 client.buf += data
                 frames(client)
         now = time.monotonic()
+        if terminated and closing_at is None:
+            closing_at = now
         if now - last_tick >= 0.5:
             tick()
             last_tick = now

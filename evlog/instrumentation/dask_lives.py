@@ -14,7 +14,7 @@ A recorded transition is ``(key, start, finish, stimulus_id, time, extra, info)`
 - extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
   (text, traceback) or None, nbytes, suspicious); else None;
 - info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
-A worker removal seen on the scheduler is ``(None, stimulus_id, worker)``.
+A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class Lives:
             if key is None:  # a worker removal
                 if len(self._removed) > 65536:
                     self._removed.clear()
-                self._removed[rec[1]] = rec[2]
+                self._removed[rec[3]] = rec[5]
                 continue
             _key, start, finish, stim, t, extra, info = rec
             life = opened.get(key)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections import Counter
+from operator import itemgetter
 
 from distributed.diagnostics.plugin import SchedulerPlugin
 from opentelemetry.trace import SpanKind
@@ -31,6 +32,7 @@ from . import dask_lives
 from . import dask_spans as ds
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
+_PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 
 def _info(ts) -> tuple | None:
@@ -87,24 +89,16 @@ class SchedulerRecorder(SchedulerPlugin):
             _report.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")
 
     def _shipped(self, items: list) -> None:
-        """On the shipping thread: this process's story ledger and transition counts."""
-        story = []
-        for r in items:
-            key = r[0]
-            if key is None:
-                continue
-            finish, extra = r[2], r[5]
-            w = extra if finish == "processing" else extra[0] if extra is not None and type(extra) is tuple else None
-            story.append((key, r[1], finish, r[3], w, r[4]))
-        self.counts.update([(t[1], t[2]) for t in story])
-        events.record_transitions(story)
+        """On the shipping thread: this process's story ledger and transition counts (both in C)."""
+        self.counts.update(map(_PAIR, items))  # a worker's removal counts as (None, None): not observed
+        events.record_transitions(items)
 
     # ---- other hooks -----------------------------------------------------------------------------
 
     def log_event(self, topic, msg):
         try:
             if topic == "all" and type(msg) is dict and msg.get("action") == "remove-worker":
-                self._append((None, str(msg.get("stimulus_id")), str(msg.get("worker"))))
+                self._append((None, None, None, str(msg.get("stimulus_id")), self._time(), str(msg.get("worker")), None))
             if not self._relaying:  # else its publisher recorded and emitted it
                 events.publish(topic, msg, "dask.log_event", "dask.topic")
         except Exception as exc:
@@ -225,7 +219,8 @@ def _observe_transitions(options):
     for rec in list(_live):
         for pair, n in list(rec.counts.items()):
             total[pair] = total.get(pair, 0) + n
-    return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f}) for (s, f), n in total.items()]
+    return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f})
+            for (s, f), n in total.items() if s is not None]
 
 
 def _observe_tasks(options):
