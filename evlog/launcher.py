@@ -121,19 +121,71 @@ def _in_foreground_of_a_terminal() -> bool:
     return False
 
 
-def _start_exporter(env: dict):
-    """The run's exporter process (evlog/exporters/process.py): started before the program, so every
-    process of the run finds it; ended by closing its control pipe once the program has exited (or by
-    the launcher's own death). None if it cannot start: processes then start their own."""
+def _listen(env: dict):
+    """The run's exporter socket (EVLOG_EXPORTER), bound before the program starts, so every process of
+    the run finds it; the exporter process itself starts at the first connection (``_wait``), so a run
+    that records nothing for it pays for no second interpreter. None if it cannot be bound: processes
+    then start their own."""
     try:
         from evlog.exporters import process
 
-        addr, control, pid = process.start(env, SITE_DIR)
+        addr, listener = process.listen(env)
         env[process.ENV] = addr
-        return control, pid
+        return listener
     except Exception as exc:
-        sys.stderr.write(f"evlog: the exporter process could not start ({exc}); each process starts its own\n")
+        sys.stderr.write(f"evlog: no exporter socket ({exc}); each process starts its own exporter\n")
         return None
+
+
+def _wait(pid: int, listener, env: dict):
+    """Wait for the program to exit; start the exporter process when its socket gets its first
+    connection. Returns (wait status, (control pipe, pid) of the exporter process or None)."""
+    import select
+
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    old_fd = signal.set_wakeup_fd(w)  # SIGCHLD wakes the select below: no polling, no latency at exit
+    old_handler = signal.signal(signal.SIGCHLD, lambda *_: None)
+    exporter = None
+    try:
+        while listener is not None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status, exporter
+            try:
+                ready = select.select([listener, r], [], [])[0]
+            except (InterruptedError, KeyboardInterrupt):
+                continue
+            if r in ready:
+                while True:
+                    try:
+                        if not os.read(r, 512):
+                            break
+                    except (BlockingIOError, InterruptedError):
+                        break
+            if listener in ready:
+                try:
+                    from evlog.exporters import process
+
+                    exporter = process.spawn(listener, env, SITE_DIR)
+                except Exception as exc:
+                    sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
+                listener.close()
+                listener = None
+    finally:
+        signal.set_wakeup_fd(old_fd)
+        signal.signal(signal.SIGCHLD, old_handler)
+        os.close(r)
+        os.close(w)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            return status, exporter
+        except InterruptedError:
+            continue
+        except KeyboardInterrupt:
+            continue
 
 
 def _end_exporter(exporter) -> None:
@@ -159,7 +211,7 @@ def _end_exporter(exporter) -> None:
 
 
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
-    exporter = _start_exporter(env) if stats_file else None
+    listener = _listen(env) if stats_file else None
     pid = os.fork()
     if pid == 0:  # the child: becomes COMMAND, and owns the run under its own pid
         try:
@@ -187,14 +239,7 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except InterruptedError:
-            continue
-        except KeyboardInterrupt:
-            continue
+    status, exporter = _wait(pid, listener, env)
     code = os.waitstatus_to_exitcode(status)
     if exporter is not None:
         _end_exporter(exporter)

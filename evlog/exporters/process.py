@@ -31,35 +31,49 @@ BATCH = 512  # spans per export call
 MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped (and counted)
 
 
-def start(env: dict, site_dir: str | None = None) -> tuple[str, int, int]:
-    """Start an exporter process; returns its address, the write end of its control pipe (close it, or
-    exit, to end the exporter process) and its pid. Cheap: imports only socket."""
-    import socket
+def listen(env: dict):
+    """Bind a new exporter socket; returns its address (for EVLOG_EXPORTER) and the listening socket.
+    Connections wait in its backlog until ``spawn`` starts the process that accepts them."""
+    import _socket  # the C module: the launcher pays for nothing more
 
     addr = f"evlog-{env.get('EVLOG_RUN_ID') or os.urandom(8).hex()}-{os.getpid()}-{os.urandom(4).hex()}"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     listener.bind("\0" + addr)
     listener.listen(128)
+    return addr, listener
+
+
+def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
+    """Start the exporter process on ``listener``; returns the write end of its control pipe (close it,
+    or exit, to end the exporter process) and its pid."""
     r, w = os.pipe()
     child_env = dict(env)
     if site_dir is None:
         site_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap", "site")
     path = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != site_dir]
     child_env["PYTHONPATH"] = os.pathsep.join(path)
-    child_env[ENV] = addr
     child_env.pop("EVLOG_OWNER_PID", None)
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)
         try:
             pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "evlog.exporters.process"], child_env,
-                           file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-                                         (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
-                                         (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)])
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                               (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
+                                               (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)])
         finally:
             os.close(devnull)
     finally:
-        listener.close()
         os.close(r)
+    return w, pid
+
+
+def start(env: dict) -> tuple[str, int, int]:
+    """``listen`` and ``spawn`` at once: address, control pipe, pid (a process without the launcher)."""
+    addr, listener = listen(env)
+    try:
+        w, pid = spawn(listener, {**env, ENV: addr})
+    finally:
+        listener.close()
     return addr, w, pid
 
 
