@@ -364,7 +364,7 @@ async def close(wrapped, instance, args, kwargs):
                 _report.warn_once("dask-worker-teardown", f"a closed Dask worker's last spans are lost: {exc!r}")
 
 
-EXIT_SHARE = 0.7  # of a nanny worker's close timeout, for its close and the exit flush; the rest for the interpreter
+EXIT_SHARE = 0.5  # of a nanny worker's close timeout, for its close and the exit flush; the rest for the interpreter
 
 
 def startup_information(worker) -> str:
