@@ -19,9 +19,10 @@ A peer without evlog gets the carrier as an ordinary annotation (what evlog did 
 message it cannot read: nothing breaks in a mixed deployment.
 
 The message fields are Dask's private protocol; each hook is one small function here, checks what it
-finds and steps aside (with one message) when the shape differs. Tested on distributed 2024.1.0 and
-2026.8.0 (``update-graph`` has carried ``annotations`` as a ToPickle since 2023.4, ``compute-task``
-has had ``annotations`` since 2022.5, ``Scheduler._task_to_msg(ts, ...)`` since 2022.5).
+finds and steps aside (with one message) when the shape differs. The shapes were read in the source of
+distributed 2024.1.0 and 2026.8.0 (``update-graph`` carries ``annotations`` as a ToPickle, ``compute-task``
+carries ``annotations``, ``SchedulerState._task_to_msg(ts, ...)``, ``Client._send_to_scheduler(msg)``);
+the tests run on 2026.8.0.
 """
 from __future__ import annotations
 
