@@ -608,3 +608,75 @@ def test_fast_span_encoding_matches_the_standard_otlp_encoder():
         return out
 
     assert canonical(fast) == canonical(standard) and len(canonical(fast)) == len(spans)
+
+
+SEEN_APP = r'''
+import json
+import dask
+from distributed import Client, LocalCluster, get_worker, span
+from distributed.diagnostics.plugin import SchedulerPlugin
+from opentelemetry import trace
+
+class Hook(SchedulerPlugin):
+    name = "hook"
+    def __init__(self):
+        self.graphs = []
+    def update_graph(self, scheduler, *, annotations=None, **kw):
+        self.graphs.append({a: {str(k): v for k, v in by_key.items()} for a, by_key in (annotations or {}).items()
+                            if a != "span"})
+
+def norm(ann):
+    """Annotations without Dask's span ids (random uuids): the rest must be the same with and without evlog."""
+    ann = dict(ann or {})
+    if isinstance(ann.get("span"), dict):
+        ann["span"] = ann["span"].get("name")
+    return ann
+
+def seen(x):
+    w = get_worker()
+    return x, norm(w.state.tasks[w.get_current_task()].annotations), sorted(w.plugins)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        s = cluster.scheduler
+        hook = Hook()
+        s.add_plugin(hook)
+        with trace.get_tracer("app").start_as_current_span("app.root") as root:
+            with span("user-span"), dask.annotate(retries=2, mine="x"):
+                xs = [dask.delayed(seen)(i, dask_key_name=f"seen-{i}") for i in range(3)]
+            held = client.compute(xs) + [client.submit(seen, 9, key="seen-9", priority=1)]
+            on_worker = client.gather(held)
+        tasks = {str(k): norm(ts.annotations) for k, ts in s.tasks.items()}
+        spans = sorted(sp.name for sp in s.extensions["spans"].spans.values())
+        plugins = sorted(p for p in s.plugins if not p.startswith("WorkStealing") and p != "evlog-telemetry")
+        print(json.dumps({"on_worker": on_worker, "scheduler_tasks": tasks, "update_graph": hook.graphs,
+                          "spans": spans, "scheduler_plugins": plugins,
+                          "worker_plugins": client.run(lambda dask_worker: sorted(dask_worker.plugins)),
+                          "trace_id": format(root.get_span_context().trace_id, "032x")}, sort_keys=True, default=str))
+'''
+
+
+def test_dask_sees_the_same_annotations_plugins_and_spans_with_and_without_evlog(tmp_path, otlp_receiver):
+    """What the tasks, the worker, the scheduler, its update_graph hook and distributed.spans show is what
+    they show without evlog (the trace context travels without a task annotation), while the scheduler's
+    and the worker's spans still join the client call's trace."""
+    app = _write(tmp_path, "seen.py", SEEN_APP)
+    plain = subprocess.run([PYTHON, app], env=evlog_env(), capture_output=True, timeout=240)
+    want = _output(plain)
+    env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
+    got = _output(run_instrumented([PYTHON, app], env=env, timeout=240))
+    assert len(want["scheduler_tasks"]) == 4 and want["scheduler_tasks"]["seen-0"]["mine"] == "x"
+    want.pop("trace_id")
+    got_trace = got.pop("trace_id")
+    want["worker_plugins"] = sorted(want["worker_plugins"].values())
+    got["worker_plugins"] = sorted(got["worker_plugins"].values())
+    assert got == want
+
+    def executes():
+        ex = [s for s in otlp_receiver.spans() if s["name"] == "dask.execute seen"]
+        tasks = [s for s in otlp_receiver.spans() if s["name"] == "dask.task seen"]
+        return len(ex) >= 4 and len(tasks) >= 4 and (ex, tasks)
+
+    ex, tasks = otlp_receiver.wait_for(executes, timeout=60)
+    assert {s["trace_id"] for s in ex + tasks} == {got_trace}

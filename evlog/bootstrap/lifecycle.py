@@ -26,6 +26,13 @@ _finished = False
 _term_pending = False  # SIGTERM arrived while finish() was running: die by it once flushed
 _lock = threading.RLock()  # re-entered by the SIGTERM handler when the signal lands inside finish()
 _real_exit = os._exit
+_exit_by = [float("inf")]  # monotonic time by which finish() must be done (a host's own shutdown timeout)
+
+
+def exit_by(deadline: float) -> None:
+    """The process is going away by ``deadline`` (monotonic), e.g. a Dask nanny kills its worker after the
+    close timeout: the exit flush and shutdown end before it, never extend it."""
+    _exit_by[0] = min(_exit_by[0], deadline)
 
 
 def before_flush(fn) -> None:
@@ -82,6 +89,7 @@ def finish() -> None:
 
         timeout = FAILING_WAIT if select.any_failed() else EXIT_TIMEOUT
         start = time.monotonic()
+        timeout = max(0.05, min(timeout, _exit_by[0] - start))
         if not flush(timeout):
             from . import sdk
 
@@ -91,7 +99,10 @@ def finish() -> None:
         full = stats.counters.get("dropped.queue_full", 0)
         if full and not select.any_failed():  # with a failing collector, its message already says why
             _report.warn_once("queue-full", f"{full:,} items dropped because export was slower than the program (queue full)")
-        _shutdown(max(0.2, timeout - (time.monotonic() - start)))
+        left = timeout - (time.monotonic() - start)
+        # once an export has failed there is nothing to wait for: a failing exporter's shutdown only
+        # stops its retries (flush() cut its own wait short for the same reason)
+        _shutdown(0.2 if select.any_failed() else max(0.2, min(left, _exit_by[0] - time.monotonic())))
         stats.write_process_line()
     finally:
         _finished = True

@@ -5,17 +5,18 @@ Activated in every process that imports ``distributed`` (the bootstrap calls
 ``dask worker`` processes started under evlog-instrument are covered with no change to the app.
 
 What it produces (names in docs/conventions.md, section Dask):
-- client (dask_client): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; the
-  graph carries its context as the task annotation ``evlog.traceparent``;
+- client (dask_client): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; its
+  context goes out with the graph (dask_context);
 - scheduler (dask_scheduler, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
   ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers;
-- worker (dask_worker, a WorkerPlugin plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
+- worker (dask_worker, a recorder per Worker, not a plugin, plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
   execution, the current span while the task runs; span ``dask.transfer`` per gather_dep; metrics
   dask.task.duration and dask.transfer.bytes;
 - everywhere: event ``dask.log_event`` (attribute dask.topic, body msg) for each log_event, in the
   process that published it; resource attributes dask.role, dask.worker.address, dask.worker.name.
 
-Context travels client -> scheduler -> worker in the annotation; scheduler and worker spans are
+Context travels client -> scheduler -> worker in the ``update-graph`` and ``compute-task`` messages
+and nowhere Dask or its users can see it (dask_context: no task annotation); scheduler and worker spans are
 children of the client's ``dask.compute`` span, and user spans inside a task are children of its
 ``dask.execute`` span. Hot paths only append tuples; spans are built in batches by one background
 thread per process (dask_spans), whose OTLP encoding has a fast path.
@@ -67,11 +68,13 @@ def _scheduler_init(wrapped, instance, args, kwargs):
     try:
         from evlog import config
 
+        from . import dask_context
         from . import dask_scheduler as sched
 
         rec = sched.SchedulerRecorder(instance, transitions=config.get().dask_transitions)
         instance.add_plugin(rec, name=rec.name, idempotent=True)
         rec.originals = sched.relay_handlers(instance, rec)
+        rec.graph_handlers = dask_context.receive_graphs(instance)
         roles.add("scheduler")
         sched.install_metrics()
     except Exception as exc:
@@ -81,10 +84,9 @@ def _scheduler_init(wrapped, instance, args, kwargs):
 def _worker_init(wrapped, instance, args, kwargs):
     wrapped(*args, **kwargs)
     try:
-        from .dask_worker import WorkerRecorder, startup_information
+        from .dask_worker import attach
 
-        instance._pending_plugins = tuple(instance._pending_plugins) + (WorkerRecorder(),)
-        instance.startup_information.setdefault("evlog", startup_information)
+        attach(instance)
         _workers.add(instance)
     except Exception as exc:
         _report.warn_once("dask-worker", f"this Dask worker runs without evlog's task spans: {exc!r}")
@@ -118,9 +120,12 @@ _workers: "weakref.WeakSet" = weakref.WeakSet()
 
 def _patches() -> list:
     """(module, Class.method or function, wrapper): every patch; uninstrument puts each original back."""
-    from . import dask_client, dask_worker
+    from . import dask_client, dask_context, dask_worker
 
     table = [
+        ("distributed.scheduler", "SchedulerState._task_to_msg", dask_context.task_to_msg),
+        ("distributed.worker", "Worker.close", dask_worker.close),
+        ("distributed.client", "Client._send_to_scheduler", dask_context.send_to_scheduler),
         ("distributed.scheduler", "Scheduler.__init__", _scheduler_init),
         ("distributed.worker", "Worker.__init__", _worker_init),
         ("distributed.worker", "_run_task", dask_worker.run_task),
@@ -212,26 +217,21 @@ class DaskInstrumentor:
         events.remove_flusher(_drain_all)
         from evlog import records
 
-        from . import dask_scheduler, dask_worker
+        from . import dask_context, dask_scheduler, dask_worker
         from .dask_spans import assembler, encoder_patch
 
         for rec in list(dask_scheduler._live):
             try:
                 rec.scheduler.plugins.pop(rec.name, None)
                 dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
+                dask_context.restore_graphs(rec.scheduler, getattr(rec, "graph_handlers", {}))
                 records.remove(rec._log)
                 dask_scheduler.retire(rec)
             except Exception as exc:
                 _report.warn_once("dask-uninstrument", f"cannot detach from a Dask scheduler: {exc!r}")
         for worker in list(_workers):
             try:
-                rec = worker.plugins.pop(dask_worker.NAME, None)
-                worker._pending_plugins = tuple(p for p in worker._pending_plugins
-                                                if not isinstance(p, dask_worker.WorkerRecorder))
-                if worker.startup_information.get("evlog") is dask_worker.startup_information:
-                    del worker.startup_information["evlog"]
-                if rec is not None:
-                    rec.teardown(worker)
+                dask_worker.detach(worker)
             except Exception as exc:
                 _report.warn_once("dask-uninstrument", f"cannot detach from a Dask worker: {exc!r}")
         _workers.clear()

@@ -6,9 +6,8 @@ of whatever span the program has open. For ``get`` (blocking) the span covers th
 computation; for the others it covers the submission, and the tasks' spans follow after it, as
 for any producer. Nested calls (``map`` in batches, ``compute`` calling ``get``) make one span.
 
-``Client._graph_to_futures``, where every one of them sends its graph, adds the global task
-annotation ``evlog.traceparent`` (W3C traceparent of the current span), so every task of the graph
-carries the trace to the scheduler and the workers.
+``Client._graph_to_futures``, where every one of them sends its graph, sends the W3C traceparent of
+the current span with the graph, on the wire only (dask_context): no task gets an annotation.
 """
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from evlog import _report
 
+from . import dask_context as dc
 from . import dask_spans as ds
 
 METHODS = ("submit", "map", "compute", "persist", "get")
@@ -68,13 +68,12 @@ def compute_call(method: str):
 
 
 def graph_to_futures(wrapped, instance, args, kwargs):
-    """``Client._graph_to_futures``: the graph goes out with the trace context as an annotation."""
-    annotate = None
+    """``Client._graph_to_futures``: the graph goes out with the trace context (dask_context.send_to_scheduler
+    puts it in the message, not in anything the client or the scheduler keeps)."""
+    token = None
     try:
         sc = trace.get_current_span().get_span_context()
         if sc.is_valid:
-            import dask
-
             keys = args[1] if len(args) > 1 else kwargs.get("keys")
             span = _current.get()
             if span is not None and keys is not None and span.is_recording():
@@ -82,13 +81,12 @@ def graph_to_futures(wrapped, instance, args, kwargs):
                 for first in keys:
                     span.set_attribute("dask.task.key", first if type(first) is str else str(first))
                     break
-            annotate = dask.annotate(**{ds.CARRIER: ds.format_traceparent(sc)})
-            annotate.__enter__()
+            token = dc.sending(ds.format_traceparent(sc))
     except Exception as exc:
-        annotate = None
+        token = None
         _report.warn_once("dask-carrier", f"a Dask graph goes out without its trace context: {exc!r}")
     try:
         return wrapped(*args, **kwargs)
     finally:
-        if annotate is not None:
-            annotate.__exit__(None, None, None)
+        if token is not None:
+            dc.sent(token)

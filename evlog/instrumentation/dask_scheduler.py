@@ -7,10 +7,10 @@ one ``dask.task {prefix}`` span per life, with a ``transition`` event per transi
 thread also keeps them in this process's story ledger (evlog.story) and counts them by (start, finish)
 for the ``dask.scheduler.transitions`` counter.
 
-The span's parent is the client call's ``dask.compute`` span, taken from the task annotation
-``evlog.traceparent``. A graph submitted with no such annotation (a client without evlog) gets one
-``dask.compute`` span made here, per submission, and its tasks get the annotation, so workers put
-their spans in the same trace.
+The span's parent is the client call's ``dask.compute`` span, whose context came with the graph
+(dask_context keeps it per task, outside anything Dask shows). A graph submitted without one (a
+client without evlog) gets one ``dask.compute`` span made here, per submission, and its tasks carry
+that to the workers, so they put their spans in the same trace.
 
 ``log_event`` calls published here become ``dask.log_event`` events (and entries of this process's
 evlog.get_events ledger), except those relayed from a worker or client that did both itself
@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanKind
 
 from evlog import _report, events, records
 
+from . import dask_context as dc
 from . import dask_lives
 from . import dask_spans as ds
 
@@ -40,8 +41,7 @@ def _info(ts) -> tuple | None:
     if ts is None:
         return None
     tg = ts.group
-    ann = ts.annotations
-    return tg.prefix.name, tg.name, tg.span_id, ann.get(ds.CARRIER) if ann else None
+    return tg.prefix.name, tg.name, tg.span_id, dc.carrier_of(ts)
 
 
 class SchedulerRecorder(SchedulerPlugin):
@@ -105,25 +105,15 @@ class SchedulerRecorder(SchedulerPlugin):
             _report.warn_once("dask-log-event", f"a Dask event could not be recorded: {exc!r}")
 
     def update_graph(self, scheduler, *, client=None, keys=None, tasks=None, annotations=None, **kwargs):
-        """Give tasks submitted without a trace context one ``dask.compute`` span per submission."""
+        """The graph's tasks get the trace context that came with it (dask_context); tasks submitted
+        without one get one ``dask.compute`` span per submission."""
         try:
-            carried = (annotations or {}).get(ds.CARRIER) or {}
-            if tasks is None or len(carried) >= len(tasks):
-                return
-            get = scheduler.tasks.get
-            need = []
-            for key in tasks:
-                if key in carried:
-                    continue
-                ts = get(key)
-                if ts is not None and not (ts.annotations and ds.CARRIER in ts.annotations):
-                    need.append(ts)
-            if need:
-                self._group(client, need)
+            if tasks:
+                dc.carry(scheduler, tasks, lambda need: self._group(client, need))
         except Exception as exc:
             _report.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
 
-    def _group(self, client, need) -> None:
+    def _group(self, client, need) -> str:
         from opentelemetry import context, trace
 
         tracer = trace.get_tracer(ds.SCOPE.name, ds.SCOPE.version)
@@ -131,12 +121,8 @@ class SchedulerRecorder(SchedulerPlugin):
         if client:
             attrs["dask.client.id"] = str(client)
         span = tracer.start_span("dask.compute", context.Context(), SpanKind.PRODUCER, attrs)
-        tp = ds.format_traceparent(span.get_span_context())
-        for ts in need:
-            if ts.annotations is None:
-                ts.annotations = {}
-            ts.annotations[ds.CARRIER] = tp
         span.end()
+        return ds.format_traceparent(span.get_span_context())
 
     async def close(self):
         records.remove(self._log)

@@ -2,7 +2,8 @@
 
 ``distributed.worker._run_task`` (what the executor thread runs for each task) is wrapped: while
 the task runs, the span context of its ``dask.execute {prefix}`` span (a new span id, child of the
-client call's span from the task annotation ``evlog.traceparent``) is the current context of that
+client call's span, whose context came with the task's compute-task message: dask_context) is the
+current context of that
 thread, so spans the user makes inside the task nest under it. After the task, one tuple is
 recorded; the assembler (dask_spans) builds the span later, with the task's other startstops
 (disk-read, disk-write) as span events, and records ``dask.task.duration``. The worker's event
@@ -16,18 +17,19 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
+from time import monotonic
 
-from distributed.diagnostics.plugin import WorkerPlugin
 from opentelemetry import context as _ctx
 from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation import _SPAN_KEY
 
 from evlog import _report
 
+from . import dask_context as dc
 from . import dask_spans as ds
 
-NAME = "evlog-telemetry"
 _attach, _detach, _Context = _ctx.attach, _ctx.detach, _ctx.Context
 _time = time.time
 _current_thread = threading.current_thread
@@ -36,22 +38,28 @@ _transferred = [0]  # bytes received from other workers by this process's worker
 _parsed = ds._parsed  # traceparent -> parent SpanContext
 
 
-class WorkerRecorder(WorkerPlugin):
-    """Records executions and transfers as tuples; the assembler builds their spans."""
+class WorkerRecorder:
+    """Records executions and transfers as tuples; the assembler builds their spans. Not a WorkerPlugin
+    (the worker's plugin list stays the user's): one per Worker, found through ``recorder_of``, set up
+    when the worker registers with the scheduler (startup_information) and torn down when it closes."""
 
-    name = NAME
-    idempotent = True
-
-    def __init__(self):
-        self.worker = None
+    def __init__(self, worker):
+        self._worker = weakref.ref(worker)
         self.address = None
+        self.carriers = dc.WorkerCarriers(worker)
+        self.originals: dict = {}
         self._log: deque = deque()
         self._append = self._log.append
         self._names: dict = {}
         self._lock = threading.Lock()
 
+    @property
+    def worker(self):
+        return self._worker()
+
     def setup(self, worker):
-        self.worker = worker
+        if self.address == worker.address:
+            return
         self.address = worker.address
         from .dask import roles
 
@@ -71,8 +79,10 @@ class WorkerRecorder(WorkerPlugin):
         ts = worker.state.tasks.get(key)
         if ts is None:
             return None, None, None, None, 0
-        ann = ts.annotations
-        tp = ann.get(ds.CARRIER) if ann else None
+        tp = self.carriers.get(key)
+        if tp is None:
+            ann = ts.annotations  # a carrier Dask kept as an annotation (the handler was not wrapped)
+            tp = ann.get(ds.CARRIER) if ann else None
         parent = (_parsed.get(tp) or ds.parse_traceparent(tp)) if tp is not None else None
         if parent is not None:
             if not parent.trace_flags.sampled:
@@ -109,13 +119,14 @@ class WorkerRecorder(WorkerPlugin):
         if ok:
             _transferred[0] += nbytes
         tasks = worker.state.tasks
+        carrier = self.carriers.get
         parent = None
         for k in keys:
             ts = tasks.get(k)
             for dep in (ts.dependents if ts is not None else ()):
-                ann = dep.annotations
-                if ann and ds.CARRIER in ann:
-                    parent = ds.parse_traceparent(ann[ds.CARRIER])
+                tp = carrier(dep.key)
+                if tp is not None:
+                    parent = ds.parse_traceparent(tp)
                     break
             if parent is not None:
                 break
@@ -166,7 +177,8 @@ class WorkerRecorder(WorkerPlugin):
         lo, hi = start, stop
         startstops = ts.startstops
         if len(startstops) > n0:
-            delay = self.worker.scheduler_delay if self.worker is not None else 0.0
+            worker = self._worker()
+            delay = worker.scheduler_delay if worker is not None else 0.0
             for ss in startstops[n0:]:
                 action = ss.get("action")
                 if action == "compute":
@@ -224,6 +236,33 @@ def _observe_transfer_bytes(options):
     return [Observation(_transferred[0])]
 
 
+# ---- attaching to a Worker, without a plugin ----------------------------------------------------
+
+_recorders: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Worker -> its WorkerRecorder
+
+
+def attach(worker) -> WorkerRecorder:
+    """A new Worker gets its recorder; its compute-task handler passes the trace context on (dask_context)."""
+    rec = WorkerRecorder(worker)
+    rec.originals = dc.receive_tasks(worker, rec.carriers)
+    _recorders[worker] = rec
+    worker.startup_information.setdefault("evlog", startup_information)
+    return rec
+
+
+def detach(worker) -> None:
+    rec = _recorders.pop(worker, None)
+    if worker.startup_information.get("evlog") is startup_information:
+        del worker.startup_information["evlog"]
+    if rec is not None:
+        dc.restore_tasks(worker, rec.originals)
+        rec.teardown(worker)
+
+
+def recorder_of(worker):
+    return _recorders.get(worker)
+
+
 # ---- wrappers (installed by DaskInstrumentor) ---------------------------------------------------
 
 def run_task(wrapped, instance, args, kwargs):
@@ -232,7 +271,7 @@ def run_task(wrapped, instance, args, kwargs):
     Nothing runs on the worker's event loop."""
     try:
         key, worker = args[3], args[2]["worker"]
-        rec = worker.plugins.get(NAME)
+        rec = _recorders.get(worker)
     except Exception as exc:  # another Dask version's _run_task
         _report.warn_once("dask-run-task", f"Dask tasks run without their execute spans: {exc!r}")
         rec = None
@@ -262,7 +301,7 @@ async def run_task_async(wrapped, instance, args, kwargs):
 
         worker = get_worker()
         key = args[0].key
-        rec = worker.plugins.get(NAME)
+        rec = _recorders.get(worker)
     except Exception as exc:
         _report.warn_once("dask-run-task", f"Dask tasks run without their execute spans: {exc!r}")
         rec = None
@@ -287,7 +326,7 @@ async def run_task_async(wrapped, instance, args, kwargs):
 
 async def gather_dep(wrapped, instance, args, kwargs):
     """Worker.gather_dep: one dask.transfer span per fetch from another worker."""
-    rec = instance.plugins.get(NAME)
+    rec = _recorders.get(instance)
     t0 = _time()
     ev = await wrapped(*args, **kwargs)
     if rec is not None:
@@ -301,8 +340,39 @@ async def gather_dep(wrapped, instance, args, kwargs):
     return ev
 
 
+async def close(wrapped, instance, args, kwargs):
+    """Worker.close: the recorder's last spans go to the processors once the worker is closed. A worker
+    of a nanny's process leaves with it: that process's exit flush must end within the close's own
+    timeout (the nanny kills the process after it), never extend it."""
+    try:
+        if getattr(instance, "nanny", None):
+            timeout = kwargs.get("timeout", args[0] if args else None)
+            if timeout:
+                from evlog.bootstrap import lifecycle
+
+                lifecycle.exit_by(monotonic() + EXIT_SHARE * float(timeout))
+    except Exception as exc:
+        _report.warn_once("dask-worker-close", f"a Dask worker's close timeout could not be read: {exc!r}")
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        rec = _recorders.get(instance)
+        if rec is not None:
+            try:
+                rec.teardown(instance)
+            except Exception as exc:
+                _report.warn_once("dask-worker-teardown", f"a closed Dask worker's last spans are lost: {exc!r}")
+
+
+EXIT_SHARE = 0.5  # of a nanny worker's close timeout, for its close and the exit flush; the rest for the interpreter
+
+
 def startup_information(worker) -> str:
-    """Tells the scheduler this worker emits its own events (see dask_scheduler.relay_handlers)."""
+    """Tells the scheduler this worker emits its own events (see dask_scheduler.relay_handlers); called
+    when the worker registers, its address known: the recorder is set up then."""
     from evlog import __version__
 
+    rec = _recorders.get(worker)
+    if rec is not None:
+        rec.setup(worker)
     return __version__
