@@ -146,6 +146,7 @@ if __name__ == "__main__":
 
 def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_counted(tmp_path):
     import subprocess
+    import time
 
     import psutil
 
@@ -157,8 +158,13 @@ def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_coun
                                 start_new_session=True)
         try:
             assert proc.stdout.readline().strip() == b"first"
-            exporters = [c for c in psutil.Process(proc.pid).children()
-                         if "evlog.exporters.process" in " ".join(c.cmdline())]
+            deadline = time.monotonic() + 20  # the launcher starts it at the first shipment
+            while True:
+                exporters = [c for c in psutil.Process(proc.pid).children()
+                             if "evlog.exporters.process" in " ".join(c.cmdline())]
+                if exporters or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
             assert len(exporters) == 1
             exporters[0].kill()  # a zombie until the launcher reaps it at the end
             out, err = proc.communicate(b"\n", timeout=120)
