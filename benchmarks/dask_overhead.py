@@ -194,9 +194,12 @@ class App:
         if instrumented:  # evlog's exporter process: a child of the launcher, in the app's process group
             import psutil
 
-            found = [c for c in psutil.Process(self.proc.pid).children()
-                     if "evlog.exporters.process" in " ".join(c.cmdline())]
-            self.exporter = found[0] if found else None
+            deadline = time.monotonic() + 10  # started by the launcher at the warm-up's first shipment
+            while self.exporter is None and time.monotonic() < deadline:
+                found = [c for c in psutil.Process(self.proc.pid).children()
+                         if "evlog.exporters.process" in " ".join(c.cmdline())]
+                self.exporter = found[0] if found else None
+                time.sleep(0.1)
         self.pause()
 
     def exporter_cpu(self) -> float:
