@@ -175,9 +175,44 @@ def computation(c: Computation) -> dict:
         "failures": fails,
         "erred_dependents": blamed,
         "transfer_s": dur(union_ns([(x["start"], x["end"]) for x in c.transfers])),
+        "running": running(c),
     }
     out["advice"] = advice(out)
     return out
+
+
+MAX_RUNNING = 600  # points of a computation's tasks-running curve
+
+
+def running(c: Computation) -> dict:
+    """Tasks executing over time, {"t": [...], "n": [...]} (at most MAX_RUNNING points: the most
+    running in each time bucket), for the HTML page's chart."""
+    steps = []
+    for t in c.tasks.values():
+        for e in t.executions:
+            steps.append((e.start, 1))
+            steps.append((e.end, -1))
+    if not steps or c.start is None or not c.wall_ns:
+        return {"t": [], "n": []}
+    steps.sort()
+    width = max(1, c.wall_ns // MAX_RUNNING)
+    ts, ns = [secs(c.start)], [0]
+    n = 0
+    bucket, peak = None, 0
+    for when, d in steps:
+        b = (when - c.start) // width
+        if b != bucket:
+            if bucket is not None:
+                ts.append(secs(c.start + bucket * width))
+                ns.append(peak)
+            bucket, peak = b, n
+        n += d
+        peak = max(peak, n)
+    ts.append(secs(c.start + bucket * width))
+    ns.append(peak)
+    ts.append(secs(c.end))
+    ns.append(0)
+    return {"t": ts, "n": ns}
 
 
 def advice(c: dict) -> list[str]:

@@ -111,8 +111,13 @@ class Task:
 
     @property
     def exec_start(self) -> int | None:
+        """When the last execution's compute began, on the scheduler's clock where there is one."""
         e = self.last
-        return None if e is None else e.start + e.transfer_ns
+        if e is None:
+            return None
+        if self.finish is not None:
+            return self.finish - e.compute_ns
+        return e.start + e.transfer_ns
 
     @property
     def exec_end(self) -> int | None:
@@ -323,24 +328,31 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
                 dep_ends = [d.end for d in (c.tasks.get(k) for k in t.deps) if d is not None and d.end is not None]
                 ready = max([x for x in (t.submitted, max(dep_ends) if dep_ends else None) if x is not None],
                             default=None)
-            t.ready = ready
             last = t.last
             if last is None:
+                t.ready = ready
                 continue
+            earlier = 0
             for e in t.executions[:-1]:
-                t.erred_ns += e.end - e.start
+                earlier += e.end - e.start
+            t.erred_ns = earlier
+            ran = last.compute_ns
             if last.erred:
                 t.erred = True
                 t.error = t.error or last.error
-                t.erred_ns += last.compute_ns
+                t.erred_ns += ran
             else:
-                t.compute_ns = last.compute_ns
+                t.compute_ns = ran
+            # the scheduler's clock from ready to finish; the worker's only for durations (a worker's
+            # times are shifted by Dask's estimate of its clock offset, which a loaded host makes wrong)
+            finish = t.finish if t.finish is not None else last.end
             if ready is None:
-                ready = t.ready = last.start
-            begin = t.exec_start
-            spans = [(max(s, ready), min(e, begin)) for d in t.deps
-                     for s, e in fetched.get((last.worker, d), ()) if s < begin and e > ready]
-            t.transfer_ns = min(union_ns(spans) + sum(e.transfer_ns for e in t.executions), max(0, begin - ready))
-            waited = begin - ready - t.transfer_ns - sum(e.end - e.start for e in t.executions[:-1])
-            t.queued_ns = max(0, waited)
+                ready = finish - ran - last.transfer_ns - earlier
+            t.ready = ready
+            life = max(0, finish - ready)
+            spans = [(max(s, ready), min(e, finish)) for d in t.deps
+                     for s, e in fetched.get((last.worker, d), ()) if s < finish and e > ready]
+            left = max(0, life - ran - earlier)
+            t.transfer_ns = min(union_ns(spans) + sum(e.transfer_ns for e in t.executions), left)
+            t.queued_ns = left - t.transfer_ns
 
