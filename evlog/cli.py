@@ -1,10 +1,11 @@
-"""`evlog`: view | serve | story | events | summary.
+"""`evlog`: view | serve | story | events | summary | report.
 
 - view [RUN_DIR]: the dashboard for a run folder (the newest under ./evlog-runs by default),
   following it while the run goes on.
 - serve: an OTLP receiver (gRPC, HTTP protobuf and JSON) storing into SQLite, with the dashboard on
   its HTTP port: what OTEL_EXPORTER_OTLP_ENDPOINT points at when there is no collector.
 - summary, story KEY, events [TOPIC]: read a run folder or a database (--db) and print.
+- report: why a run took as long as it did (evlog.report), as text, JSON or one offline HTML page.
 
 Exit codes: 0 done; 1 the data or the network said no (no such run folder, not an evlog database,
 port taken, unknown task key); 2 bad usage.
@@ -159,6 +160,15 @@ def cmd_events(args: argparse.Namespace) -> int:
         return 0
     _table([[_when(e["time"]), e["topic"], _msg(e["body"]), e["process"]] for e in events])
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from evlog.report.command import ReportError, run
+
+    try:
+        return run(args.run_dir, args.db, args.format, args.output, RUNS)
+    except ReportError as e:
+        raise CLIError(str(e)) from None
 
 
 # -------------------------------------------------------------------------------------------------
@@ -405,6 +415,14 @@ def build_parser() -> argparse.ArgumentParser:
     source(ev)
     ev.add_argument("--limit", type=int, default=None, help="at most this many")
     ev.set_defaults(fn=cmd_events)
+
+    rp = sub.add_parser("report", help="why the run took as long as it did: critical path, time by prefix, "
+                        "stragglers, failures, workers, advice")
+    rp.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder (default: the newest under ./evlog-runs)")
+    rp.add_argument("--db", metavar="PATH", help="read an `evlog serve` database instead of a run folder")
+    rp.add_argument("--format", choices=("text", "json", "html"), default="text", help="text (default), json or html")
+    rp.add_argument("-o", "--output", metavar="FILE", help="write to FILE (required for html; default stdout)")
+    rp.set_defaults(fn=cmd_report)
     return p
 
 

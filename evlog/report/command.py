@@ -1,0 +1,129 @@
+"""`evlog report [RUN_DIR] [--db FILE] [--format text|json|html] [-o FILE]`: load the rows, analyse,
+render, write. evlog/cli.py only parses the arguments and calls ``run``.
+
+The collector is switched off while rows are read and analysed: a 20,000-task run decodes into
+millions of small objects, and the full collections they would trigger (which find nothing to
+free: every row is kept to the end) cost as much again as the reading itself.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+
+from .analysis import analyse
+
+
+class ReportError(Exception):
+    """A clear message for the user (no such folder, not a database, cannot write the output)."""
+
+
+def load_folder(path: str) -> tuple[list, list, str]:
+    """(spans, logs, folder) of a run folder; its corrupt lines are reported on stderr and skipped."""
+    from evlog.viewer.runfolder import RunFolder, RunFolderError
+
+    try:
+        rf = RunFolder(path)
+    except RunFolderError as e:
+        raise ReportError(str(e)) from None
+    spans: list = []
+    logs: list = []
+    for signal, rows in rf.read_all():
+        if signal == "traces":
+            spans.extend(rows)
+        elif signal == "logs":
+            logs.extend(rows)
+    for p in rf.problems:
+        sys.stderr.write(f"evlog: {p}\n")
+    if rf.problem_count > len(rf.problems):
+        sys.stderr.write(f"evlog: ... and {rf.problem_count - len(rf.problems)} more problems in {rf.path}\n")
+    return spans, logs, rf.path
+
+
+def load_db(path: str) -> tuple[list, list, str]:
+    """(spans, logs, path) of an `evlog serve` database, as otlp_decode rows: spans stored as their
+    protobuf request are decoded request by request, the others from their JSON columns."""
+    from evlog.viewer import otlp_decode
+    from evlog.viewer.store import Store, StoreError
+
+    try:
+        store = Store(path, create=False)
+    except StoreError as e:
+        raise ReportError(str(e)) from None
+    try:
+        conn = store.reader()
+        resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
+        spans: list = []
+        for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
+            spans.extend(otlp_decode.decode_proto("traces", body))
+        for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
+             scope) in conn.execute(
+                "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
+                "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
+            spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
+                          "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
+                          "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
+                          "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
+                          "scope": scope or ""})
+        logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
+                 "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
+                for t, ot, name, body, attrs, proc in conn.execute(
+                    "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
+                    "WHERE event_name != '' ORDER BY time, id")]
+    finally:
+        store.close()
+    return spans, logs, store.path
+
+
+def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs") -> dict:
+    """The report dict of a run folder (default: the newest under ``runs``) or a database."""
+    from evlog.viewer.runfolder import RunFolderError, newest_run
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if db:
+            spans, logs, source = load_db(db)
+        else:
+            try:
+                path = run_dir or newest_run(runs)
+            except RunFolderError as e:
+                raise ReportError(str(e)) from None
+            spans, logs, source = load_folder(path)
+        if not spans and not logs:
+            raise ReportError(f"{source}: no spans or events to report on")
+        return analyse(spans, logs, source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def render(report: dict, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(report, default=str) + "\n"
+    if fmt == "html":
+        from .render_html import render_html
+
+        return render_html(report)
+    from .render_text import render_text
+
+    return render_text(report)
+
+
+def run(run_dir: str | None, db: str | None, fmt: str, output: str | None, runs: str = "evlog-runs") -> int:
+    if run_dir and db:
+        raise ReportError("give a run folder or --db, not both")
+    if fmt == "html" and not output:
+        raise ReportError("--format html writes a file: give -o report.html")
+    text = render(build_report(run_dir, db, runs), fmt)
+    if not output or output == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise ReportError(f"cannot write {output}: {e.strerror or e}") from None
+    sys.stderr.write(f"evlog report: wrote {os.path.abspath(output)}\n")
+    return 0

@@ -1,0 +1,72 @@
+"""Small helpers the report's parts share: units, interval merging, process labels, exception text."""
+from __future__ import annotations
+
+import ast
+import re
+
+NS = 1_000_000_000
+STRAGGLER_RATIO = 5.0  # slower than this many times the median of its prefix ...
+STRAGGLER_MIN_S = 0.1  # ... and than this
+STRAGGLER_MIN_COUNT = 5  # a prefix needs this many tasks for a median to mean something
+MAX_LISTED = 20  # stragglers and failures with their story, per computation
+MAX_STORY = 200  # entries of one story
+
+
+def secs(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / NS, 6)
+
+
+def dur(ns: int | float) -> float:
+    return round(ns / NS, 6)
+
+
+_REPR = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.S)
+
+
+def split_exception(text: str) -> tuple[str, str]:
+    """("ValueError", "bad input") from "ValueError('bad input')" (Dask's repr of the exception),
+    or from "ValueError: bad input"; else ("", text)."""
+    text = (text or "").strip()
+    m = _REPR.match(text)
+    if m:
+        inner = m.group(2)
+        try:
+            v = ast.literal_eval(inner)
+            if isinstance(v, str):
+                inner = v
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            pass
+        return m.group(1), inner
+    m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt|Worker)): (.*)$", text, re.S)
+    if m:
+        return m.group(1), m.group(2)
+    return "", text
+
+
+def pct(x: float) -> str:
+    return f"{round(100 * x):d}%"
+
+
+def ms(s: float) -> str:
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def label(resource: dict) -> str:
+    """A process's label, as the viewer's store names it: worker address, else service role pid@host."""
+    w = resource.get("dask.worker.address")
+    if w:
+        return str(w)
+    service, role, host = (str(resource.get(k) or "") for k in ("service.name", "dask.role", "host.name"))
+    pid = resource.get("process.pid")
+    return " ".join(x for x in (service, role if role and role not in service else "",
+                                f"{pid}@{host}" if pid else host) if x) or "unknown"

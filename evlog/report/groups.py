@@ -1,0 +1,148 @@
+"""The parts of the report that apply to runs without Dask tasks: pool calls grouped by function
+(``futures.task {function}``, ``multiprocessing.task {function}`` and their chunk spans) and torch
+elastic ranks (processes with the ``torch.rank`` resource attribute): time by function or rank,
+stragglers, failures. Pure functions over otlp_decode's rows.
+"""
+from __future__ import annotations
+
+import statistics
+
+from .common import (MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms,
+                     split_exception)
+
+POOL_SPANS = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
+RANK_STRAGGLER_RATIO = 1.25  # a rank that ran this much longer than the median rank ...
+RANK_STRAGGLER_MIN_S = 1.0   # ... and at least this much longer
+
+
+def _secs(ns):
+    return None if ns is None else round(ns / NS, 6)
+
+
+def _error(r: dict) -> tuple[str, str, str]:
+    text, tb = r["status_message"], ""
+    for ev in r["events"]:
+        if ev.get("name") == "exception":
+            a = ev.get("attributes") or {}
+            text = text or str(a.get("exception.message") or "")
+            tb = str(a.get("exception.stacktrace") or "")
+    etype, msg = split_exception(text)
+    return etype, msg, tb
+
+
+def pools(spans: list[dict]) -> dict | None:
+    """Pool calls by function: count, total, median and longest time, failures; stragglers (the
+    Dask rule: over 5x the function's median and over 100 ms); busy share per process and thread."""
+    rows = [r for r in spans if r["name"].startswith(POOL_SPANS)]
+    if not rows:
+        return None
+    by: dict[str, list[dict]] = {}
+    for r in rows:
+        fn = str(r["attributes"].get("code.function.name") or r["name"].partition(" ")[2] or r["name"])
+        by.setdefault(fn, []).append(r)
+    functions, strag, fails = {}, [], []
+    for fn, rs in sorted(by.items(), key=lambda kv: -sum(r["end"] - r["start"] for r in kv[1])):
+        ds = [r["end"] - r["start"] for r in rs]
+        med = statistics.median(ds)
+        erred = [r for r in rs if r["status_code"] == "ERROR"]
+        functions[fn] = {"count": len(rs), "total_s": round(sum(ds) / NS, 6), "median_s": round(med / NS, 6),
+                         "max_s": round(max(ds) / NS, 6), "erred": len(erred),
+                         "kind": str(rs[0]["attributes"].get("evlog.pool.kind") or "")}
+        if len(rs) >= STRAGGLER_MIN_COUNT:
+            for r, d in zip(rs, ds):
+                if d > STRAGGLER_RATIO * med and d > STRAGGLER_MIN_S * NS:
+                    strag.append({"function": fn, "process": label(r["resource"]),
+                                  "thread": str(r["attributes"].get("thread.name") or ""), "start": _secs(r["start"]),
+                                  "seconds": round(d / NS, 6), "median_s": round(med / NS, 6),
+                                  "ratio": round(d / med, 1) if med else None, "span_id": r["span_id"]})
+        for r in erred:
+            etype, msg, tb = _error(r)
+            fails.append({"function": fn, "process": label(r["resource"]), "time": _secs(r["end"]),
+                          "exception": etype, "message": msg, "stacktrace": tb, "span_id": r["span_id"]})
+    strag.sort(key=lambda x: -x["seconds"])
+    fails.sort(key=lambda x: x["time"] or 0)
+    t0, t1 = min(r["start"] for r in rows), max(r["end"] for r in rows)
+    busy: dict[tuple, list] = {}
+    for r in rows:
+        busy.setdefault((label(r["resource"]), str(r["attributes"].get("thread.name") or "")), []).append(
+            (r["start"], r["end"]))
+    span = max(1, t1 - t0)
+    workers = [{"process": p, "thread": th, "calls": len(iv),
+                "busy_s": round(sum(e - s for s, e in merge(iv)) / NS, 6),
+                "utilisation": round(sum(e - s for s, e in merge(iv)) / span, 4)}
+               for (p, th), iv in sorted(busy.items())]
+    advice = []
+    for fn, f in functions.items():
+        if f["count"] >= 1000 and f["median_s"] < 0.001:
+            advice.append(f"pool: {f['count']:,} calls of {fn} with a median of {ms(f['median_s'])}: the pool's "
+                          "per-call overhead is of the same order; pass larger items or a chunksize")
+    if strag:
+        s = strag[0]
+        advice.append(f"pool: a call of {s['function']} took {ms(s['seconds'])}, {s['ratio']}x the median, "
+                      f"in {s['process']}" + (f" (and {len(strag) - 1} more stragglers)" if len(strag) > 1 else ""))
+    if fails:
+        f = fails[0]
+        advice.append(f"pool: {len(fails)} call(s) failed, first {f['function']}: {f['exception'] or 'error'} "
+                      f"{f['message'][:120]}")
+    return {"start": _secs(t0), "end": _secs(t1), "functions": functions, "stragglers": strag[:MAX_LISTED],
+            "failures": fails[:MAX_LISTED], "workers": workers, "advice": advice}
+
+
+def ranks(spans: list[dict], logs: list[dict]) -> dict | None:
+    """torchrun ranks: per rank its time (first to last telemetry of its processes), spans and
+    erred spans; stragglers (a rank that ran 25% and 1 s longer than the median rank); failures
+    (erred spans of ranks and of the torchelastic agent, FAILED worker-status events)."""
+    per: dict[str, dict] = {}
+    fails = []
+
+    def rank_of(res: dict) -> str | None:
+        r = res.get("torch.rank")
+        return None if r is None else str(r)
+
+    for r in spans:
+        res = r["resource"]
+        k = rank_of(res)
+        if k is not None:
+            d = per.setdefault(k, {"rank": k, "local_rank": res.get("torch.local_rank"),
+                                   "group_rank": res.get("torch.group_rank"), "pids": set(), "host": res.get("host.name"),
+                                   "start": r["start"], "end": r["end"], "spans": 0, "erred": 0})
+            d["pids"].add(res.get("process.pid"))
+            d["start"], d["end"] = min(d["start"], r["start"]), max(d["end"], r["end"])
+            d["spans"] += 1
+        if r["status_code"] == "ERROR" and (k is not None or r["name"].startswith("torchelastic.")):
+            if k is not None:
+                per[k]["erred"] += 1
+            etype, msg, tb = _error(r)
+            fails.append({"rank": k, "span": r["name"], "process": label(res), "time": _secs(r["end"]),
+                          "exception": etype, "message": msg, "stacktrace": tb})
+    for lg in logs:
+        res = lg["resource"]
+        k = rank_of(res)
+        t = lg["time"] or lg["observed_time"]
+        if k is not None and k in per and t:
+            d = per[k]
+            d["start"], d["end"] = min(d["start"], t), max(d["end"], t)
+        name = lg["event_name"] or ""
+        if name.startswith("torchelastic.worker.status.FAILED"):
+            fails.append({"rank": k, "span": name, "process": label(res), "time": _secs(t), "exception": "",
+                          "message": str(lg["body"])[:500], "stacktrace": ""})
+    if not per:
+        return None
+    rows = []
+    for k, d in sorted(per.items(), key=lambda kv: (len(kv[0]), kv[0])):
+        rows.append({"rank": d["rank"], "local_rank": d["local_rank"], "group_rank": d["group_rank"],
+                     "pids": sorted(p for p in d["pids"] if p is not None), "host": d["host"],
+                     "start": _secs(d["start"]), "end": _secs(d["end"]),
+                     "duration_s": round((d["end"] - d["start"]) / NS, 6), "spans": d["spans"], "erred": d["erred"]})
+    med = statistics.median(r["duration_s"] for r in rows)
+    strag = [dict(r, median_s=med, ratio=round(r["duration_s"] / med, 2) if med else None) for r in rows
+             if r["duration_s"] > RANK_STRAGGLER_RATIO * med and r["duration_s"] - med >= RANK_STRAGGLER_MIN_S]
+    fails.sort(key=lambda x: x["time"] or 0)
+    advice = [f"torch: rank {s['rank']} ran {ms(s['duration_s'])}, {s['ratio']}x the median rank" for s in strag]
+    if fails:
+        f = fails[0]
+        advice.append(f"torch: {len(fails)} failure(s), first {f['span']}"
+                      + (f" on rank {f['rank']}" if f["rank"] is not None else "")
+                      + f": {f['exception'] or ''} {f['message'][:120]}".rstrip())
+    return {"start": min(r["start"] for r in rows), "end": max(r["end"] for r in rows), "ranks": rows,
+            "stragglers": strag, "failures": fails[:20], "advice": advice}

@@ -1,0 +1,358 @@
+"""Dask computations from decoded span rows: which task belongs to which client call, and each
+task's times (ready, queued, transfer, compute, finish), as docs/report.md defines them.
+
+Pure functions over otlp_decode's rows (dicts with trace_id, span_id, parent_span_id, name, start,
+end, attributes, events, links, status_code, status_message, resource); nothing of the SDK.
+
+A computation is one ``dask.compute`` span. A task belongs to the compute span it reaches through
+its parent or its span links (walking up through any spans in between), so tasks split into
+several linked traces still group under their client call; a task that reaches none falls back to
+the compute span of its trace, else to a computation of its own trace.
+"""
+from __future__ import annotations
+
+from .common import NS, merge
+
+_FINAL = ("memory", "erred")
+_READY = ("processing", "queued", "no-worker")
+_TRANSITION_SLACK_NS = 2 * NS  # transitions recorded up to 2 s after a task span's end (conventions)
+
+
+class Execution:
+    """One ``dask.execute`` span: a run of the task's function on a worker thread."""
+
+    __slots__ = ("start", "end", "worker", "thread", "erred", "error", "stacktrace", "transfer_ns", "other_ns",
+                 "row")
+
+    def __init__(self, row: dict):
+        a = row["attributes"]
+        self.row = row
+        self.start = row["start"]
+        self.end = row["end"]
+        self.worker = str(a.get("dask.worker.address") or row["resource"].get("dask.worker.address") or "")
+        self.thread = str(a.get("thread.name") or a.get("thread.id") or "")
+        self.erred = row["status_code"] == "ERROR"
+        self.error = row["status_message"] if self.erred else ""
+        self.stacktrace = ""
+        self.transfer_ns = 0
+        self.other_ns = 0
+        for ev in row["events"]:
+            ea = ev.get("attributes") or {}
+            name = ev.get("name")
+            if name == "exception":
+                self.erred = True
+                self.error = self.error or str(ea.get("exception.message") or "")
+                self.stacktrace = str(ea.get("exception.stacktrace") or "")
+            else:
+                d = ea.get("dask.startstop.duration")
+                if isinstance(d, (int, float)):
+                    if name == "transfer":
+                        self.transfer_ns += int(d * NS)
+                    else:
+                        self.other_ns += int(d * NS)
+
+    @property
+    def compute_ns(self) -> int:
+        """The execute span is the compute startstop widened to its other startstops (transfer,
+        disk-read, ...): compute is what is left of it without transfer (disk I/O stays in compute)."""
+        return max(0, self.end - self.start - self.transfer_ns)
+
+
+class Task:
+    """One task life on the scheduler (a ``dask.task`` span) and its executions."""
+
+    __slots__ = ("key", "prefix", "span", "deps", "state", "worker", "transitions", "executions", "submitted",
+                 "ready", "finish", "erred", "error", "compute_ns", "transfer_ns", "queued_ns", "erred_ns",
+                 "comp")
+
+    def __init__(self, key: str, prefix: str, span: dict | None):
+        self.key = key
+        self.prefix = prefix
+        self.span = span
+        self.deps: list[str] = []
+        self.state = ""
+        self.worker = ""
+        self.transitions: list[tuple] = []  # (time, start, finish, worker, stimulus)
+        self.executions: list[Execution] = []
+        self.submitted = self.ready = self.finish = None
+        self.erred = False
+        self.error = ""
+        self.compute_ns = self.transfer_ns = self.queued_ns = self.erred_ns = 0
+        self.comp = None
+        if span is not None:
+            a = span["attributes"]
+            deps = a.get("dask.task.dependencies")
+            if isinstance(deps, (list, tuple)):
+                self.deps = [str(d) for d in deps]
+            self.state = str(a.get("dask.task.state") or "")
+            self.worker = str(a.get("dask.worker.address") or "")
+            self.submitted = span["start"]
+            self.finish = span["end"]
+            self.erred = span["status_code"] == "ERROR" or self.state == "erred"
+            if self.erred:
+                self.error = span["status_message"]
+            for ev in span["events"]:
+                ea = ev.get("attributes") or {}
+                if ev.get("name") == "transition":
+                    self.transitions.append((ev.get("time") or 0, ea.get("dask.transition.start"),
+                                             ea.get("dask.transition.finish"), ea.get("dask.worker.address"),
+                                             ea.get("dask.stimulus_id")))
+                elif ev.get("name") == "exception" and not self.error:
+                    self.error = str(ea.get("exception.message") or "")
+            self.transitions.sort(key=lambda t: t[0])
+            for t in self.transitions:
+                if t[2] in _FINAL:  # the span ends at the first of these; the transition is exact
+                    self.finish = t[0]
+                    break
+
+    @property
+    def last(self) -> Execution | None:
+        return self.executions[-1] if self.executions else None
+
+    @property
+    def exec_start(self) -> int | None:
+        """When the last execution's compute began, on the scheduler's clock where there is one."""
+        e = self.last
+        if e is None:
+            return None
+        if self.finish is not None:
+            return self.finish - e.compute_ns
+        return e.start + e.transfer_ns
+
+    @property
+    def exec_end(self) -> int | None:
+        e = self.last
+        return None if e is None else e.end
+
+    @property
+    def end(self) -> int | None:
+        """When the result was known: the transition to memory/erred, else the end of the execution."""
+        return self.finish if self.finish is not None else self.exec_end
+
+    @property
+    def exec_worker(self) -> str:
+        e = self.last
+        return e.worker if e is not None and e.worker else self.worker
+
+
+class Computation:
+    """One client call (a ``dask.compute`` span) and the task lives that belong to it."""
+
+    __slots__ = ("id", "span", "trace_id", "method", "first_key", "start", "end", "tasks", "transfers")
+
+    def __init__(self, cid: str, span: dict | None, trace_id: str):
+        self.id = cid
+        self.span = span
+        self.trace_id = trace_id
+        a = span["attributes"] if span is not None else {}
+        self.method = str(a.get("dask.client.method") or ("graph" if span is not None else "trace"))
+        self.first_key = str(a.get("dask.task.key") or "")
+        self.start = span["start"] if span is not None else None
+        self.end = span["end"] if span is not None else None
+        self.tasks: dict[str, Task] = {}  # the last life of each key in this computation
+        self.transfers: list[dict] = []
+
+    @property
+    def name(self) -> str:
+        n = len(self.tasks)
+        key = self.first_key or (next(iter(self.tasks)) if self.tasks else self.trace_id)
+        return f"{self.method} {key}" + (f" ({n:,} tasks)" if n != 1 else "")
+
+    def close(self) -> None:
+        """Widen the window to the tasks' lives: a map's span covers only the submission."""
+        starts = [t.submitted for t in self.tasks.values() if t.submitted is not None]
+        ends = [t.end for t in self.tasks.values() if t.end is not None]
+        ends += [x["end"] for x in self.transfers]
+        if starts:
+            self.start = min(starts) if self.start is None else min(self.start, min(starts))
+        if ends:
+            self.end = max(ends) if self.end is None else max(self.end, max(ends))
+
+    @property
+    def wall_ns(self) -> int:
+        return max(0, (self.end or 0) - (self.start or 0))
+
+
+# -------------------------------------------------------------------------------------------------
+# grouping
+
+
+def _computation_of(spans: dict, computes: dict, by_trace: dict):
+    """A function span row -> computation id (memoised), following parents and links upwards."""
+    memo: dict[str, str | None] = {}
+
+    def up(row: dict) -> str | None:
+        seen = []
+        cur = row
+        found = None
+        for _ in range(64):  # bounded: a malformed parent cycle cannot hang the report
+            sid = cur["span_id"]
+            if sid in memo:
+                found = memo[sid]
+                break
+            seen.append(sid)
+            nxt = None
+            pid = cur["parent_span_id"]
+            if pid in computes:
+                found = pid
+                break
+            for ln in cur["links"]:
+                if ln.get("span_id") in computes:
+                    found = ln["span_id"]
+                    break
+            if found is not None:
+                break
+            if pid and pid in spans:
+                nxt = spans[pid]
+            else:
+                for ln in cur["links"]:
+                    if ln.get("span_id") in spans:
+                        nxt = spans[ln["span_id"]]
+                        break
+            if nxt is None:
+                break
+            cur = nxt
+        if found is None:
+            found = by_trace.get(row["trace_id"])
+        for sid in seen:
+            memo[sid] = found
+        return found
+
+    return up
+
+
+def build(span_rows: list[dict]) -> list[Computation]:
+    """The run's Dask computations, each with its tasks and times, in start order."""
+    spans: dict[str, dict] = {}
+    computes: dict[str, dict] = {}
+    sched: list[dict] = []
+    execs: list[dict] = []
+    transfers: list[dict] = []
+    for r in span_rows:
+        name = r["name"]
+        if not name.startswith("dask."):
+            spans[r["span_id"]] = r
+            continue
+        spans[r["span_id"]] = r
+        if name == "dask.compute":
+            computes[r["span_id"]] = r
+        elif name.startswith("dask.task"):
+            sched.append(r)
+        elif name.startswith("dask.execute"):
+            execs.append(r)
+        elif name == "dask.transfer":
+            transfers.append(r)
+    if not (sched or execs):
+        return []
+    by_trace: dict[str, str] = {}
+    for sid, r in sorted(computes.items(), key=lambda kv: kv[1]["start"]):
+        by_trace.setdefault(r["trace_id"], sid)
+    comp_of = _computation_of(spans, computes, by_trace)
+    comps: dict[str, Computation] = {}
+
+    def comp(row: dict) -> Computation:
+        cid = comp_of(row) or "trace:" + row["trace_id"]
+        c = comps.get(cid)
+        if c is None:
+            c = comps[cid] = Computation(cid, computes.get(cid), row["trace_id"])
+        return c
+
+    lives: dict[str, list[Task]] = {}  # key -> lives in start order
+    for r in sorted(sched, key=lambda r: r["start"]):
+        a = r["attributes"]
+        key = str(a.get("dask.task.key") or "")
+        if not key:
+            continue
+        t = Task(key, str(a.get("dask.task.prefix") or r["name"][10:]), r)
+        t.comp = comp(r)
+        t.comp.tasks[key] = t
+        lives.setdefault(key, []).append(t)
+    for r in sorted(execs, key=lambda r: r["start"]):
+        a = r["attributes"]
+        key = str(a.get("dask.task.key") or "")
+        if not key:
+            continue
+        t = _life_for(lives.get(key), r["start"])
+        if t is None:  # an execution the scheduler did not report (its scheduler ran without evlog)
+            t = Task(key, str(a.get("dask.task.prefix") or r["name"][13:]), None)
+            t.comp = comp(r)
+            t.comp.tasks.setdefault(key, t)
+            lives.setdefault(key, []).append(t)
+        t.executions.append(Execution(r))
+    for r in transfers:
+        comp(r).transfers.append(r)
+    out = [c for c in comps.values() if c.tasks]
+    _times(out, transfers)
+    for c in out:
+        c.close()
+    out.sort(key=lambda c: (c.start or 0, c.id))
+    return out
+
+
+def _life_for(lives: list[Task] | None, t: int) -> Task | None:
+    """The task life an execution starting at ``t`` belongs to: the last one begun before it."""
+    if not lives:
+        return None
+    best = None
+    for life in lives:
+        if life.submitted is not None and life.submitted <= t + _TRANSITION_SLACK_NS:
+            best = life
+    return best or lives[0]
+
+
+# -------------------------------------------------------------------------------------------------
+# per-task times
+
+
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    return sum(e - s for s, e in merge(intervals))
+
+
+def _times(comps: list[Computation], transfers: list[dict]) -> None:
+    """ready, queued, transfer, compute and erred/retried time of every task (docs/report.md)."""
+    # transfers by (destination worker, first key fetched), sorted by start
+    fetched: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for r in transfers:
+        a = r["attributes"]
+        fetched.setdefault((str(a.get("dask.worker.address") or ""), str(a.get("dask.task.key") or "")),
+                           []).append((r["start"], r["end"]))
+    for c in comps:
+        for t in c.tasks.values():
+            t.executions.sort(key=lambda e: e.start)
+            ready = None
+            for tt in t.transitions:
+                if tt[2] in _READY and tt[1] in ("waiting", "released", None):
+                    ready = tt[0]
+                    break
+            if ready is None:  # no transitions recorded: when its last dependency finished
+                dep_ends = [d.end for d in (c.tasks.get(k) for k in t.deps) if d is not None and d.end is not None]
+                ready = max([x for x in (t.submitted, max(dep_ends) if dep_ends else None) if x is not None],
+                            default=None)
+            last = t.last
+            if last is None:
+                t.ready = ready
+                continue
+            earlier = 0
+            for e in t.executions[:-1]:
+                earlier += e.end - e.start
+            t.erred_ns = earlier
+            ran = last.compute_ns
+            if last.erred:
+                t.erred = True
+                t.error = t.error or last.error
+                t.erred_ns += ran
+            else:
+                t.compute_ns = ran
+            # the scheduler's clock from ready to finish; the worker's only for durations (a worker's
+            # times are shifted by Dask's estimate of its clock offset, which a loaded host makes wrong)
+            finish = t.finish if t.finish is not None else last.end
+            if ready is None:
+                ready = finish - ran - last.transfer_ns - earlier
+            t.ready = ready
+            life = max(0, finish - ready)
+            spans = [(max(s, ready), min(e, finish)) for d in t.deps
+                     for s, e in fetched.get((last.worker, d), ()) if s < finish and e > ready]
+            left = max(0, life - ran - earlier)
+            t.transfer_ns = min(union_ns(spans) + sum(e.transfer_ns for e in t.executions), left)
+            t.queued_ns = left - t.transfer_ns
+

@@ -1,0 +1,164 @@
+"""The report as text for a terminal: advice first, then each computation's critical path, time by
+prefix, stragglers and failures with their stories, then workers, pools, ranks, console metadata."""
+from __future__ import annotations
+
+import datetime
+
+DETAILED = 10  # computations shown in full (those with failures or stragglers, then the longest)
+STORY_LINES = 12  # story lines shown per straggler (failures: all)
+
+
+def _t(s: float | None, date: bool = False) -> str:
+    if s is None:
+        return "-"
+    t = datetime.datetime.fromtimestamp(s, datetime.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S.%f" if date else "%H:%M:%S.%f")[:-3]
+
+
+def _d(s: float | None) -> str:
+    if not s:
+        return "-"
+    if s < 1e-4:
+        return f"{s * 1e6:.0f} us"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths))).rstrip() for r in rows]
+
+
+def _section(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["", title] + _table([header] + rows)
+
+
+def _story(story: list[dict], limit: int | None = None, indent: str = "      ") -> list[str]:
+    rows = []
+    shown = story if limit is None else story[:limit]
+    for e in shown:
+        what = f"{e['start']} -> {e['finish']}" if e.get("start") or e.get("finish") else f"[{e['event']}]"
+        rows.append([_t(e["time"]), what, str(e.get("stimulus") or e.get("message") or ""), e.get("worker") or "",
+                     e.get("process") or ""])
+    out = _table(rows, indent)
+    if limit is not None and len(story) > limit:
+        out.append(f"{indent}... {len(story) - limit} more")
+    return out
+
+
+def _computation(c: dict) -> list[str]:
+    out = [f"== {c['name']}: {_d(c['wall_s'])} wall, {_t(c['start'])} .. {_t(c['end'])} UTC"]
+    path = c["critical_path"]
+    if path:
+        out.append(f"Critical path: {len(path)} task{'s' if len(path) != 1 else ''}, {_d(c['critical_path_s'])} of "
+                   f"{_d(c['wall_s'])} wall ({_pct(c['critical_path_share'])}; computing "
+                   f"{_pct(c['critical_path_compute_share'])})")
+        rows = [["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"]]
+        for i, r in enumerate(path, 1):
+            rel = f"+{r['start'] - c['start']:.3f} s" if r["start"] is not None and c["start"] is not None else "-"
+            rows.append([str(i), r["key"], r["prefix"], r["worker"] or "-", rel, _d(r["queued_s"]),
+                         _d(r["transfer_s"]), _d(r["compute_s"]) + (" (erred)" if r["erred"] else "")])
+        out += _table(rows)
+    out.append("Time by prefix (total / median per task):")
+    rows = [["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"]]
+    for p, s in c["prefixes"].items():
+        rows.append([p, f"{s['count']:,}", f"{_d(s['compute_s'])} / {_d(s['median_compute_s'])}",
+                     f"{_d(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
+                     f"{_d(s['queued_s'])} / {_d(s['median_queued_s'])}",
+                     f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}"
+                     if s["erred"] or s["retried"] else "-"])
+    out += _table(rows)
+    if c["stragglers"]:
+        out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
+        for s in c["stragglers"]:
+            out.append(f"  {s['key']}  {_d(s['compute_s'])}, {s['ratio']}x the median {_d(s['median_s'])}, "
+                       f"on {s['worker']} {s['thread']}".rstrip())
+            out += _story(s.get("story") or [], STORY_LINES)
+    if c["failures"]:
+        out.append("Failures:")
+        for f in c["failures"]:
+            what = f"{f['exception']}: {f['message']}" if f["exception"] else f["message"]
+            out.append(f"  {f['key']}  {what}  (on {f['worker'] or '?'}, {_t(f['time'])} UTC)")
+            for line in (f.get("stacktrace") or "").rstrip().splitlines()[-6:]:
+                out.append("      " + line)
+            out.append("    story (evlog story " + f["key"] + "):")
+            out += _story(f.get("story") or [])
+    if c["erred_dependents"]:
+        out.append(f"  and {c['erred_dependents']:,} more erred tasks (most because a dependency erred)")
+    return out
+
+
+def render_text(rep: dict) -> str:
+    out = [f"evlog report: {rep['source']}"]
+    comps = rep["computations"]
+    if rep["start"] is not None:
+        out.append(f"{_t(rep['start'], True)} .. {_t(rep['end'])} UTC ({_d(rep['wall_s'])}); "
+                   f"{len(comps):,} computation{'s' if len(comps) != 1 else ''}, {len(rep['workers'])} workers")
+    out.append("")
+    out.append("Advice:")
+    out += [f"  - {a}" for a in rep["advice"]] or ["  (nothing stands out)"]
+    if comps:
+        out.append("")
+        out.append("Computations:")
+        rows = [["name", "wall", "tasks", "critical path", "stragglers", "failures"]]
+        for c in comps[:50]:
+            rows.append([c["name"], _d(c["wall_s"]), f"{c['tasks']:,}", _pct(c["critical_path_share"]),
+                         str(len(c["stragglers"])), str(len(c["failures"]) + c["erred_dependents"])])
+        out += _table(rows)
+        if len(comps) > 50:
+            out.append(f"  ... {len(comps) - 50:,} more (all of them in --format json)")
+        chosen = [c for c in comps if c["failures"] or c["stragglers"]]
+        chosen += sorted((c for c in comps if c not in chosen), key=lambda c: -c["wall_s"])
+        chosen = chosen[:DETAILED]
+        for c in sorted(chosen, key=lambda c: c["start"] or 0):
+            out.append("")
+            out += _computation(c)
+        if len(comps) > len(chosen):
+            out.append("")
+            out.append(f"({len(comps) - len(chosen):,} more computations in --format json or html)")
+    if rep["workers"]:
+        rows = []
+        for w in rep["workers"]:
+            li = w["longest_idle"]
+            rows.append([w["address"], f"{w['tasks']:,}", str(len(w["threads"])), _d(w["busy_s"]),
+                         _pct(w["utilisation"]), _pct(w["idle_share"]),
+                         f"{_d(li['seconds'])} at {_t(li['start'])}" if li else "-",
+                         f"{_d(w['transfer_s'])} ({w['transfer_bytes']:,} B)" if w["transfer_s"] else "-"])
+        out += _section("Workers (over the computations' time):", ["worker", "tasks", "threads", "busy", "utilisation",
+                        "idle", "longest idle", "transfer in"], rows)
+        if rep["most_transfer"]:
+            out.append(f"  most transfer time: {rep['most_transfer']['worker']} ({_d(rep['most_transfer']['transfer_s'])})")
+    p = rep.get("pools")
+    if p:
+        out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
+                        [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]),
+                          str(f["erred"])] for fn, f in p["functions"].items()])
+        for s in p["stragglers"][:10]:
+            out.append(f"  straggler: {s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in {s['process']} "
+                       f"{s['thread']} at {_t(s['start'])}".rstrip())
+        for f in p["failures"][:10]:
+            out.append(f"  failed: {f['function']} {f['exception']}: {f['message'][:200]} in {f['process']}")
+    r = rep.get("ranks")
+    if r:
+        out += _section("torch ranks (time by rank):", ["rank", "local", "node", "pids", "time", "spans", "erred"],
+                        [[x["rank"], str(x["local_rank"]), str(x["group_rank"]), ",".join(map(str, x["pids"])),
+                          _d(x["duration_s"]), str(x["spans"]), str(x["erred"])] for x in r["ranks"]])
+        for f in r["failures"][:10]:
+            out.append(f"  failed: {f['span']}" + (f" rank {f['rank']}" if f["rank"] is not None else "")
+                       + f": {f['exception']} {f['message'][:200]}")
+    if rep["metadata"]:
+        out.append("")
+        out.append("Console metadata (last value and trend):")
+        for g in rep["metadata"]:
+            out.append(f"  {g['process']} ({g['count']:,} lines, x axis: {g['x']})")
+            rows = [["key", "last", "first", "min", "max", "trend"]]
+            for k, s in g["keys"].items():
+                rows.append([k, f"{s['last']:.6g}", f"{s['first']:.6g}", f"{s['min']:.6g}", f"{s['max']:.6g}",
+                             s["trend"]])
+            out += _table(rows, "    ")
+    return "\n".join(out) + "\n"

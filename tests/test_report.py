@@ -1,0 +1,219 @@
+"""`evlog report` on a real Dask run under evlog-instrument, checked against graphs whose answer is
+known: a chain of long tasks beside short ones (the critical path), one task of 40 made 20x slower
+(the straggler), a failing task (the failure and its erred transition), inputs on one worker and
+tasks restricted to the other (transfer time on that one). One run serves all: each graph is its
+own client call, so its own computation in the report. The HTML page is opened in headless chromium.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from helpers import PYTHON, evlog_env, run_instrumented
+
+APP = r'''
+import json
+import time
+
+import dask
+from distributed import Client, LocalCluster
+
+
+def chain(x, d):
+    time.sleep(d)
+    return x + 1
+
+
+def short(i):
+    time.sleep(0.01)
+    return i
+
+
+def final(*xs):
+    return sum(xs)
+
+
+def work(i):
+    time.sleep(0.6 if i == 17 else 0.03)
+    return i
+
+
+def boom(x):
+    raise ValueError(f"bad input {x}")
+
+
+def consume(data):
+    return len(data)
+
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        # 1. a chain of long tasks beside many short ones, all feeding one final task
+        c = 0
+        for i in range(4):
+            c = dask.delayed(chain)(c, 0.4, dask_key_name=f"chain-{i}")
+        shorts = [dask.delayed(short)(i, dask_key_name=f"short-{i}") for i in range(30)]
+        print(dask.delayed(final)(c, *shorts, dask_key_name="final-0").compute())
+        # 2. one task of 40 twenty times slower than the others
+        print(sum(client.gather(client.map(work, range(40), key=[f"work-{i}" for i in range(40)]))))
+        # 3. a failing task
+        try:
+            client.submit(boom, 42, key="boom-0").result()
+        except ValueError as e:
+            print("failed:", e)
+        # 4. the input on one worker, the tasks restricted to the other
+        a, b = sorted(client.scheduler_info()["workers"])
+        data = client.scatter([b"x" * 20_000_000], workers=[a])[0]
+        futs = [client.submit(consume, data, key=f"consume-{i}", workers=[b], allow_other_workers=False)
+                for i in range(2)]
+        print(sum(client.gather(futs)))
+        print(json.dumps({"holder": a, "consumer": b}), flush=True)
+        for step in range(5):
+            print(json.dumps({"epoch": step, "loss": 1.0 / (step + 1)}), flush=True)
+'''
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    (tmp / "app.py").write_text(APP)
+    run_dir = tmp / "run"
+    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
+                         timeout=240)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    where = next(json.loads(line) for line in p.stdout.decode().splitlines() if line.startswith('{"holder"'))
+    return {"dir": str(run_dir), "tmp": tmp, **where}
+
+
+def evlog(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([PYTHON, "-m", "evlog.cli", *args], capture_output=True, timeout=120, cwd=cwd,
+                          env=evlog_env())
+
+
+@pytest.fixture(scope="module")
+def report(run):
+    p = evlog("report", run["dir"], "--format", "json")
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    return json.loads(p.stdout)
+
+
+def computation(report: dict, name: str) -> dict:
+    found = [c for c in report["computations"] if c["name"].startswith(name)]
+    assert len(found) == 1, [c["name"] for c in report["computations"]]
+    return found[0]
+
+
+def test_the_chain_and_the_final_task_are_the_critical_path(report):
+    c = computation(report, "get final-0")
+    assert c["tasks"] == 35
+    path = c["critical_path"]
+    assert [r["key"] for r in path] == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
+    assert all(r["compute_s"] >= 0.39 for r in path[:4])  # each slept 0.4 s
+    assert all(r["start"] <= r["end"] for r in path)
+    assert [r["start"] for r in path] == sorted(r["start"] for r in path)
+    assert set(c["prefixes"]) == {"chain", "short", "final"}
+    assert c["prefixes"]["short"]["count"] == 30 and c["prefixes"]["chain"]["compute_s"] >= 1.56
+    assert 0 < c["critical_path_share"] <= 1.0001
+
+
+def test_the_one_slow_task_of_forty_is_the_straggler(report):
+    c = computation(report, "map work-0")
+    assert c["prefixes"]["work"]["count"] == 40
+    s = c["stragglers"][0]
+    assert s["key"] == "work-17" and s["prefix"] == "work"
+    assert s["compute_s"] >= 0.59 and s["ratio"] > 5
+    assert s["worker"].startswith("tcp://")
+    assert any(e["start"] == "processing" and e["finish"] == "memory" for e in s["story"])
+    assert not any(x["key"] != "work-17" and x["compute_s"] > 0.5 for x in c["stragglers"])
+
+
+def test_the_failing_task_is_a_failure_with_its_erred_transition(report):
+    c = computation(report, "submit boom-0")
+    [f] = c["failures"]
+    assert f["key"] == "boom-0" and f["exception"] == "ValueError" and f["message"] == "bad input 42"
+    assert "in boom" in f["stacktrace"]
+    assert any(e["start"] == "processing" and e["finish"] == "erred" for e in f["story"])
+    assert c["prefixes"]["boom"]["erred"] == 1
+    assert any("boom-0" in a and "ValueError" in a for a in report["advice"])
+
+
+def test_transfer_time_shows_on_the_worker_without_the_inputs(run, report):
+    c = computation(report, "submit consume-0")
+    [t] = c["critical_path"]
+    assert t["worker"] == run["consumer"] and t["transfer_s"] > 0
+    assert c["prefixes"]["consume"]["transfer_s"] > 0
+    workers = {w["address"]: w for w in report["workers"]}
+    assert workers[run["consumer"]]["transfer_bytes"] >= 20_000_000
+    assert workers[run["consumer"]]["transfer_s"] > 0
+    assert workers[run["holder"]]["transfer_bytes"] < 20_000_000
+    assert report["most_transfer"]["worker"] == run["consumer"]
+
+
+def test_text_report_and_metadata(run, report):
+    p = evlog("report", run["dir"])
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    text = p.stdout.decode()
+    assert "Critical path: 5 tasks" in text
+    assert text.index("chain-0") < text.index("chain-3") < text.index("final-0  final")
+    assert "work-17" in text and "ValueError: bad input 42" in text
+    [g] = report["metadata"]
+    assert g["x"] == "epoch" and g["keys"]["loss"]["last"] == 0.2 and g["keys"]["loss"]["trend"] == "down"
+
+
+def test_report_from_an_evlog_serve_database_matches_the_folder(run, report, tmp_path):
+    from evlog.viewer.runfolder import RunFolder
+    from evlog.viewer.store import Store
+
+    db = str(tmp_path / "run.sqlite")
+    store = Store(db)
+    RunFolder(run["dir"]).load_into(store)
+    store.close()
+    p = evlog("report", "--db", db, "--format", "json")
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    got = json.loads(p.stdout)
+    assert [c["name"] for c in got["computations"]] == [c["name"] for c in report["computations"]]
+    assert ([r["key"] for r in computation(got, "get final-0")["critical_path"]]
+            == [r["key"] for r in computation(report, "get final-0")["critical_path"]])
+
+
+def test_a_missing_run_folder_is_one_clear_message(tmp_path):
+    p = evlog("report", str(tmp_path / "nope"))
+    assert p.returncode == 1
+    assert p.stderr.decode().strip() == f"evlog: {tmp_path / 'nope'}: no such run folder"
+    p = evlog("report", cwd=str(tmp_path))  # no ./evlog-runs
+    assert p.returncode == 1 and "no run folder given and none found" in p.stderr.decode()
+
+
+@pytest.mark.browser
+def test_the_html_page_shows_the_critical_path_offline_in_chromium(run, tmp_path):
+    from test_dashboard_browser import CHROMIUM, Browser
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    page = tmp_path / "report.html"
+    p = evlog("report", run["dir"], "--format", "html", "-o", str(page))
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    text = page.read_text()
+    assert "<script src" not in text and "<link" not in text and 'src="http' not in text  # one file, offline
+    b = Browser()
+    try:
+        b.goto(page.as_uri())
+        b.wait_js("document.body && document.body.dataset.charts === 'done'", what="the charts drawn")
+        sel = "section[data-name^='get final-0'] table.critical-path tr.cp"
+        keys = b.js(f"[...document.querySelectorAll({json.dumps(sel)})].map(r => r.dataset.key)")
+        assert keys == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
+        bars = b.js("[...document.querySelectorAll(\"section[data-name^='get final-0'] .cp-bar\")]"
+                    ".map(e => [e.dataset.key, e.getBoundingClientRect().width])")
+        assert [k for k, _ in bars] == keys and all(w > 0 for _, w in bars)
+        assert b.js("document.querySelectorAll('.uplot canvas').length") >= 2  # uPlot ran: inlined, offline
+        assert b.js("[...document.querySelectorAll('details.failure')].map(d => d.dataset.key)") == ["boom-0"]
+        b.screenshot(str(tmp_path / "report.png"))
+    finally:
+        b.close()
+    assert (tmp_path / "report.png").stat().st_size > 10_000
