@@ -65,6 +65,10 @@ class Channel:
         self._ensure_thread()
         return src.log
 
+    def start(self) -> None:
+        """Start the shipping thread now rather than at the first source."""
+        self._ensure_thread()
+
     def remove(self, log: deque) -> None:
         """Ship what ``log`` holds, then stop shipping it."""
         self.ship()

@@ -168,6 +168,51 @@ def _at_exit() -> None:
 _exit_hooked = False
 
 
+def _start_threads() -> None:
+    """evlog's long-lived threads in a Dask process (shipping, assembly, the SDK's batch and metric
+    threads) start with the instrumentation, when ``distributed`` is imported, not at the first
+    Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
+    piece of its work left behind sees none of evlog's appear. The SDK is built in a short-lived thread,
+    so the import does not wait for it."""
+    import threading
+
+    from evlog import records
+    from evlog.bootstrap import sdk
+
+    from .dask_spans import assembler
+
+    try:
+        records.channel().start()
+        assembler.start()
+
+        def build():
+            for provider in sdk.providers():
+                provider.real()
+
+        threading.Thread(target=build, name="evlog-sdk-build", daemon=True).start()
+    except Exception as exc:
+        _report.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")
+
+
+_CODE_IGNORE = "distributed.diagnostics.computations.ignore-modules"
+
+
+def _ignore_in_computation_code(on: bool) -> None:
+    """Dask records the user's code that submitted a computation by walking up the stack past the
+    modules named in this setting, its documented way for libraries that wrap compute calls; evlog's
+    wrappers are in that stack, so ``evlog`` is added to it (and taken out on uninstrument)."""
+    try:
+        import dask
+
+        mods = list(dask.config.get(_CODE_IGNORE, []) or [])
+        if on and "evlog" not in mods:
+            dask.config.set({_CODE_IGNORE: mods + ["evlog"]})
+        elif not on and "evlog" in mods:
+            dask.config.set({_CODE_IGNORE: [m for m in mods if m != "evlog"]})
+    except Exception as exc:
+        _report.warn_once("dask-code-ignore", f"Dask may record evlog's wrappers as the calling code: {exc!r}")
+
+
 class DaskInstrumentor:
     """instrument() patches Dask's classes; uninstrument() restores them and detaches from live
     schedulers and workers. Both idempotent."""
@@ -200,6 +245,8 @@ class DaskInstrumentor:
         cls._undo = done
         cls._active = True
         events.add_flusher(_drain_all)
+        _start_threads()
+        _ignore_in_computation_code(True)
         if not _exit_hooked:
             from evlog.bootstrap import lifecycle
 
@@ -215,6 +262,7 @@ class DaskInstrumentor:
         cls._undo = []
         cls._active = False
         events.remove_flusher(_drain_all)
+        _ignore_in_computation_code(False)
         from evlog import records
 
         from . import dask_context, dask_scheduler, dask_worker

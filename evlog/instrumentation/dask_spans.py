@@ -197,6 +197,10 @@ class Assembler:
         _processors()  # from now on, a force_flush of the provider includes what is held here
         self._ensure_thread()
 
+    def start(self) -> None:
+        """Start the thread now rather than at the first source."""
+        self._ensure_thread()
+
     def remove(self, source) -> None:
         self.run_once(final=True, only=source)
         if source in self._sources:
