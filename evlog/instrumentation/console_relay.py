@@ -43,6 +43,10 @@ IDLE_S = 1.0  # repeat notices are emitted after this long without output
 _NO_CTX = b"-" * 50
 MAX_GAUGES = 100
 KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
+# Attribute names of console records (docs/conventions.md); tests, benchmarks and readers import them.
+ATTR_IOSTREAM = "log.iostream"  # "stdout" or "stderr": OpenTelemetry's semantic convention
+ATTR_REPEATED = "evlog.console.repeated"
+ATTR_DROPPED = "evlog.console.dropped"
 _PAYLOAD = 50
 _END = b"\x1b\\"
 
@@ -545,8 +549,8 @@ class Emitter:
         self.logger = get_logger("evlog.console")
         self.meter = metrics.get_meter("evlog.console")
         self.values: dict[str, float] = {}
-        self._stdout = {"evlog.stream": "stdout"}
-        self._stderr = {"evlog.stream": "stderr"}
+        self._stdout = {ATTR_IOSTREAM: "stdout"}
+        self._stderr = {ATTR_IOSTREAM: "stderr"}
 
     def backlog(self) -> int:
         """Records emitted and not yet handed to the slowest exporter (the SDK queue's length)."""
@@ -567,10 +571,10 @@ class Emitter:
                 emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.console.command")
             elif kind == cp.REPEATED:
                 emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={"evlog.stream": r.stream, "evlog.console.repeated": r.count})
+                     attributes={ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count})
             elif kind == cp.DROPPED:
                 emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={"evlog.stream": r.stream, "evlog.console.dropped": r.count})
+                     attributes={ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count})
 
     def _gauges(self, body: dict) -> None:
         for key, value in cp.numeric_items(body):
