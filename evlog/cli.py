@@ -188,14 +188,29 @@ def _wait_for_signal() -> None:
         pass
 
 
+# what each server command imports when it starts serving (the `view` extra), checked before it starts
+_VIEW_EXTRAS = {"view": ("aiohttp",), "serve": ("aiohttp", "grpc", "opentelemetry.proto")}
+
+
+def _need_view_extras(command: str) -> None:
+    """One clear message, not a traceback, when the `view` extra is missing: its modules are imported
+    only once the server starts."""
+    import importlib
+
+    for module in _VIEW_EXTRAS[command]:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise CLIError(f"evlog {command} needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
-    try:
-        from evlog.viewer.receiver import OTLPReceiver
-        from evlog.viewer.server import Dashboard
-        from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
-    except ImportError as e:
-        raise CLIError(f"evlog serve needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    _need_view_extras("serve")
+    from evlog.viewer.receiver import OTLPReceiver
+    from evlog.viewer.server import Dashboard
+    from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
+
     try:
         store = Store(args.db)
     except StoreError as e:
@@ -252,10 +267,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         rf = RunFolder(path)
     except RunFolderError as e:
         raise CLIError(str(e)) from None
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError as e:
-        raise CLIError(f"evlog view needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    _need_view_extras("view")
     import asyncio
 
     from evlog.viewer.server import Dashboard

@@ -134,6 +134,16 @@ def test_a_corrupt_line_is_reported_with_file_and_line_and_the_rest_kept(run, ca
     assert f"{f}:3: skipped a corrupt line" in err
 
 
+def test_a_line_of_random_bytes_is_reported_as_not_utf8_json_with_file_and_line(run, capsys):
+    path, _info = run
+    f = os.path.join(path, "traces-100.jsonl")
+    with open(f, "ab") as fh:
+        fh.write(bytes([0x9c, 0x00, 0xff, 0x41, 0xfe, 0x13, 0x80, 0x7f]) + b"\n")  # json.loads guessed UTF-16
+    code, out, err = run_cli(capsys, "summary", path, "--json")
+    assert code == 0 and json.loads(out)["spans"] == 60, "the other lines are kept"
+    assert err == f"evlog: {f}:2: skipped a corrupt line: not UTF-8 JSON (byte 0x9c at column 1)\n"
+
+
 def test_an_incomplete_last_line_is_reported(run, capsys):
     path, _ = run
     f = os.path.join(path, "traces-100.jsonl")
@@ -172,6 +182,19 @@ def test_a_corrupt_or_foreign_database_gets_a_clear_message(tmp_path, capsys):
     assert code == 1 and "not evlog's" in err and "users" in err
     code, out, err = run_cli(capsys, "events", "--db", str(tmp_path / "missing.sqlite"))
     assert code == 1 and "no such database" in err
+
+
+@pytest.mark.parametrize("command", [["serve", "--http-port", "0", "--grpc-port", "0"], ["summary"]],
+                         ids=["serve", "summary"])
+def test_a_database_in_a_missing_folder_is_named_as_such(tmp_path, capsys, command):
+    db = tmp_path / "nonexistent" / "x.sqlite"
+    code, out, err = run_cli(capsys, *command, "--db", str(db))
+    assert code == 1 and out == ""
+    if command[0] == "serve":
+        assert err == f"evlog: {db}: cannot create the database: the folder {db.parent} does not exist\n"
+    else:
+        assert err == f"evlog: {db}: no such database\n"
+    assert not db.parent.exists()
 
 
 def test_a_damaged_evlog_database_gets_a_clear_message(run, tmp_path, capsys):
@@ -300,3 +323,21 @@ def test_view_with_a_token_asks_for_it(run):
             assert "token-dialog" in r.read().decode()
     finally:
         _stop(proc)
+
+
+@pytest.mark.parametrize("command", ["serve", "view"])
+def test_serve_and_view_without_the_view_extra_say_what_to_install(run, tmp_path, command):
+    """A real `evlog` process in which aiohttp cannot be imported (a module of that name that raises
+    ModuleNotFoundError, first on PYTHONPATH), as in an install without the `view` extra."""
+    path, _info = run
+    hide = tmp_path / "no-aiohttp"
+    hide.mkdir()
+    (hide / "aiohttp.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide)] + sys.path)}
+    argv = {"serve": ["serve", "--http-port", "0", "--grpc-port", "0", "--db", str(tmp_path / "x.sqlite")],
+            "view": ["view", path]}[command]
+    proc = subprocess.run([sys.executable, "-m", "evlog.cli", *argv], env=env, cwd=tmp_path, capture_output=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.stderr.decode() == (f"evlog: evlog {command} needs the viewer extras: pip install 'evlog[view]' "
+                                    "(No module named 'aiohttp')\n")

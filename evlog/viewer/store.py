@@ -224,10 +224,17 @@ class Store:
             raise StoreError(f"{self.path}: no such database")
         if self.path and os.path.isdir(self.path):
             raise StoreError(f"{self.path}: is a folder, not an evlog database")
+        if self.path and not os.path.isdir(os.path.dirname(self.path)):
+            raise StoreError(f"{self.path}: cannot create the database: the folder {os.path.dirname(self.path)} "
+                             "does not exist")
         try:
             self.conn = sqlite3.connect(self.path or ":memory:", check_same_thread=False,
                                         isolation_level=None, timeout=30)
             self._check_and_create(create)
+        except sqlite3.OperationalError as e:  # e.g. unable to open database file: a folder we may not write
+            if "unable to open" not in str(e):
+                raise StoreError(f"{self.path}: damaged database ({e})") from None
+            raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
         except sqlite3.DatabaseError as e:
             if "not a database" in str(e):
                 raise StoreError(f"{self.path}: not an evlog database ({e})") from None
