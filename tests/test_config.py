@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from evlog import config
-from helpers import evlog_env, read_run_folder, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 
 def test_defaults_are_the_embedded_run_folder_and_documented_values():
@@ -246,3 +246,20 @@ def test_a_bad_setting_falls_back_with_one_message_and_every_signal_keeps_its_te
     assert [s["name"] for s in got["spans"]] == ["work"], "traces"
     assert {r["body"] for r in got["logs"]} >= {"an event", "a console line"}, "logs: the program's and the console's"
     assert {m["name"] for m in got["metrics"]} >= {"evlog.worker.saturation", "evlog.bytes.allocated"}, "metrics"
+
+
+@pytest.mark.parametrize("env,name", [({"OTEL_SERVICE_NAME": "mysvc"}, "mysvc"),
+                                      ({"OTEL_RESOURCE_ATTRIBUTES": "team=a,service.name=my%20svc"}, "my_svc"),
+                                      ({"OTEL_SERVICE_NAME": "first", "OTEL_RESOURCE_ATTRIBUTES": "service.name=x"},
+                                       "first"),
+                                      ({}, "app")],
+                         ids=["OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "both", "neither"])
+def test_the_run_folder_is_named_after_the_service_name_when_set(tmp_path, env, name):
+    (tmp_path / "app.py").write_text("from opentelemetry import trace\ntrace.get_tracer('a').start_span('s').end()\n")
+    proc = run_instrumented([PYTHON, "app.py"], env=evlog_env(env, EVLOG_SUMMARY="false"), cwd=str(tmp_path),
+                            timeout=60, check=True)
+    (run_dir,) = (tmp_path / "evlog-runs").iterdir()
+    assert run_dir.name.endswith(f"Z-{name}"), (run_dir.name, proc.stderr)
+    spans = read_run_folder(str(run_dir))["spans"]
+    assert [s["name"] for s in spans] == ["s"]
+    assert spans[0]["resource"]["service.name"] == (name.replace("_", " ") if env else "app")
