@@ -18,6 +18,7 @@ import pytest
 from synthetic_run import MS, T0, log, logs_request, make_run, resource, span, traces_request, write_lines
 
 from evlog import cli
+from helpers import evlog_env, run_instrumented
 
 
 def run_cli(capsys, *argv):
@@ -112,11 +113,31 @@ def test_events_by_topic_like_get_events(run, capsys):
     code, out, err = run_cli(capsys, "events", path)  # one positional that is a folder: the run folder
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert len(lines) == 7
+    assert len(lines) == 7 + 8, "every event: the 7 with a topic and the 8 console metadata events"
     assert any("checkpoints" in ln and "checkpoint saved" in ln for ln in lines)  # evlog.log_event / evlog.topic
     assert any(" all " in ln and "add-worker" in ln for ln in lines)  # dask.log_event / dask.topic
+    groups = [ln.split()[2] for ln in lines]
+    assert groups == sorted(groups) and groups.count("evlog.metadata") == 8, "grouped: topic, else event name"
     code, out, err = run_cli(capsys, "events", "nope", path)
     assert code == 0 and out == "" and "no events with topic 'nope'" in err and "runtimes" in err
+    assert "evlog.metadata" in err
+
+
+def test_events_lists_every_event_of_the_quickstart_run_as_summary_counts_them(tmp_path, capsys):
+    """The quickstart's events are console metadata (event name evlog.metadata, no topic)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run_instrumented([sys.executable, os.path.join(root, "examples", "quickstart.py")],
+                     env=evlog_env(EVLOG_SUMMARY="false"), cwd=str(tmp_path), check=True)
+    (path,) = (tmp_path / "evlog-runs").iterdir()
+    code, out, err = run_cli(capsys, "summary", str(path), "--json")
+    assert code == 0 and json.loads(out)["events"] == 5, (out, err)
+    code, out, err = run_cli(capsys, "events", str(path), "--json")
+    assert code == 0 and err == ""
+    evs = json.loads(out)
+    assert [(e["topic"], e["event_name"]) for e in evs] == [("evlog.metadata", "evlog.metadata")] * 5
+    assert [e["msg"]["epoch"] for e in evs] == [1, 2, 3, 4, 5]
+    code, out, err = run_cli(capsys, "events", "evlog.metadata", str(path))
+    assert code == 0 and len(out.strip().splitlines()) == 5
 
 
 def test_a_corrupt_line_is_reported_with_file_and_line_and_the_rest_kept(run, capsys):
