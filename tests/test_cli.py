@@ -362,3 +362,20 @@ def test_serve_and_view_without_the_view_extra_say_what_to_install(run, tmp_path
     assert proc.returncode == 1 and proc.stdout == b""
     assert proc.stderr.decode() == (f"evlog: evlog {command} needs the viewer extras: pip install 'evlog[view]' "
                                     "(No module named 'aiohttp')\n")
+
+
+def test_programs_started_by_tests_write_no_run_folder_into_the_checkout():
+    """Tests start programs without EVLOG_RUN_DIR and without a cwd (tests/conftest.py runs them all in
+    a temporary folder): their default ./evlog-runs must not be the checkout's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = os.path.join(root, "evlog-runs")
+    here = os.path.join(os.getcwd(), "evlog-runs")
+
+    def listing(path):
+        return set(os.listdir(path)) if os.path.isdir(path) else set()
+
+    before, before_here = listing(runs), listing(here)
+    run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()",
+                     env=evlog_env(EVLOG_SUMMARY="false"), check=True)
+    assert listing(runs) == before, f"new run folders in the checkout: {sorted(listing(runs) - before)}"
+    assert len(listing(here) - before_here) == 1, "it went to the tests' own folder"
