@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from evlog.instrumentation.console_relay import ATTR_DROPPED, ATTR_IOSTREAM
+
 PROGRAM = r"""
 import sys, time
 n = int(sys.argv[2])
@@ -63,9 +65,9 @@ def count(run_dir: str) -> tuple[int, int]:
                     for sl in rl.get("scopeLogs", []):
                         for rec in sl.get("logRecords", []):
                             attrs = {a["key"]: a["value"] for a in rec.get("attributes", [])}
-                            if "evlog.console.dropped" in attrs:
-                                dropped += int(attrs["evlog.console.dropped"].get("intValue", 0))
-                            elif "evlog.stream" in attrs and not rec.get("eventName"):
+                            if ATTR_DROPPED in attrs:
+                                dropped += int(attrs[ATTR_DROPPED].get("intValue", 0))
+                            elif ATTR_IOSTREAM in attrs and not rec.get("eventName"):
                                 records += 1
     return records, dropped
 

@@ -146,19 +146,25 @@ def cmd_events(args: argparse.Namespace) -> int:
     if args.topic and not args.run_dir and not args.db and os.path.isdir(args.topic):
         args.run_dir, args.topic = args.topic, None
     store, where = _open(args)
-    events = store.events(args.topic, limit=args.limit)
+    # every event: a topic's (dask.log_event, evlog.log_event) under its topic, any other (evlog.metadata,
+    # torch's, the bridge's) under its event name; groups in name order, each oldest first
+    events = store.events(args.topic, limit=args.limit, every=True)
+    for e in events:
+        e["group"] = e["topic"] if e["topic"] is not None else e["event_name"]
+    events.sort(key=lambda e: e["group"])  # stable: time order within a group
     if args.json:
-        print(json.dumps([{"time": e["time"] / 1e9, "topic": e["topic"], "msg": e["body"],
-                           "process": e["process"]} for e in events], default=str))
+        print(json.dumps([{"time": e["time"] / 1e9, "topic": e["group"], "event_name": e["event_name"],
+                           "msg": e["body"], "process": e["process"]} for e in events], default=str))
         return 0
     if not events:
-        topics = ", ".join(t for t, _ in store.topics())
+        topics = ", ".join(t for t, _ in store.topics(every=True))
         if args.topic:
-            _err(f"no events with topic {args.topic!r} in {where}" + (f" (topics: {topics})" if topics else ""))
+            _err(f"no events with topic {args.topic!r} in {where}"
+                 + (f" (topics and event names: {topics})" if topics else ""))
         else:
             _err(f"no events in {where}")
         return 0
-    _table([[_when(e["time"]), e["topic"], _msg(e["body"]), e["process"]] for e in events])
+    _table([[_when(e["time"]), e["group"], _msg(e["body"]), e["process"]] for e in events])
     return 0
 
 
@@ -198,14 +204,29 @@ def _wait_for_signal() -> None:
         pass
 
 
+# what each server command imports when it starts serving (the `view` extra), checked before it starts
+_VIEW_EXTRAS = {"view": ("aiohttp",), "serve": ("aiohttp", "grpc", "opentelemetry.proto")}
+
+
+def _need_view_extras(command: str) -> None:
+    """One clear message, not a traceback, when the `view` extra is missing: its modules are imported
+    only once the server starts."""
+    import importlib
+
+    for module in _VIEW_EXTRAS[command]:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise CLIError(f"evlog {command} needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
-    try:
-        from evlog.viewer.receiver import OTLPReceiver
-        from evlog.viewer.server import Dashboard
-        from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
-    except ImportError as e:
-        raise CLIError(f"evlog serve needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    _need_view_extras("serve")
+    from evlog.viewer.receiver import OTLPReceiver
+    from evlog.viewer.server import Dashboard
+    from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
+
     try:
         store = Store(args.db)
     except StoreError as e:
@@ -262,10 +283,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         rf = RunFolder(path)
     except RunFolderError as e:
         raise CLIError(str(e)) from None
-    try:
-        import aiohttp  # noqa: F401
-    except ImportError as e:
-        raise CLIError(f"evlog view needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+    _need_view_extras("view")
     import asyncio
 
     from evlog.viewer.server import Dashboard
@@ -410,8 +428,9 @@ def build_parser() -> argparse.ArgumentParser:
     source(st)
     st.set_defaults(fn=cmd_story)
 
-    ev = sub.add_parser("events", help="events by topic (dask.log_event, evlog.log_event), oldest first")
-    ev.add_argument("topic", nargs="?", metavar="TOPIC", help="only this topic")
+    ev = sub.add_parser("events", help="every event, by topic (dask.log_event, evlog.log_event), else by "
+                        "event name (evlog.metadata, torch's, the bridge's), oldest first")
+    ev.add_argument("topic", nargs="?", metavar="TOPIC", help="only this topic (or event name)")
     source(ev)
     ev.add_argument("--limit", type=int, default=None, help="at most this many")
     ev.set_defaults(fn=cmd_events)

@@ -21,6 +21,28 @@ POOL_SPANS = ("call", "chunk")
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
+# Numbers the OTel SDK would read from OTEL_* itself: variable -> (value used where it is unset or
+# bad: evlog's default where it has one, else the spec's; the unit, for the message). Every value must
+# be a whole number >= 1. evlog validates them here and passes them to the SDK (evlog/bootstrap/sdk.py,
+# the console relay), so a bad one falls back with one message instead of failing the signal's set-up.
+# Queues: 4-8 times the SDK's 2,048, which overflows at bursts of about 10,000 spans/s; a queued span
+# or log record holds about 2 KB, so a dead collector costs at most about 50 MB (tests/test_faults.py).
+SDK_NUMBERS = {
+    "OTEL_BSP_SCHEDULE_DELAY": (1000, "milliseconds"),
+    "OTEL_BSP_EXPORT_TIMEOUT": (30000, "milliseconds"),
+    "OTEL_BSP_MAX_QUEUE_SIZE": (16384, "spans"),
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": (512, "spans"),
+    "OTEL_BLRP_SCHEDULE_DELAY": (1000, "milliseconds"),
+    "OTEL_BLRP_EXPORT_TIMEOUT": (30000, "milliseconds"),
+    "OTEL_BLRP_MAX_QUEUE_SIZE": (8192, "log records"),
+    "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE": (512, "log records"),
+    "OTEL_METRIC_EXPORT_INTERVAL": (5000, "milliseconds"),
+    "OTEL_METRIC_EXPORT_TIMEOUT": (30000, "milliseconds"),
+}
+SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
+            "parentbased_traceidratio")
+DEFAULT_SAMPLER = "parentbased_always_on"
+
 # variable -> YAML key
 _KEYS = {
     "EVLOG_RUN_DIR": "run_dir",
@@ -99,6 +121,8 @@ class Settings(_Record):
         "sdk_disabled": False,
         "disabled_instrumentations": frozenset(),
         "exporters": Exporters,
+        "sdk_numbers": lambda: {var: v[0] for var, v in SDK_NUMBERS.items()},  # SDK_NUMBERS' values to use
+        "sampler": (DEFAULT_SAMPLER, None),  # OTEL_TRACES_SAMPLER and its ratio (None if it takes none)
         "extra": dict,  # other top-level YAML sections
         "problems": (),
     }
@@ -113,6 +137,8 @@ class Settings(_Record):
     sdk_disabled: bool
     disabled_instrumentations: frozenset[str]
     exporters: Exporters
+    sdk_numbers: Mapping[str, int]
+    sampler: tuple[str, float | None]
     extra: Mapping[str, Any]
     problems: tuple[str, ...]
 
@@ -136,49 +162,63 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
         if isinstance(raw, str) and raw.strip():
             kw["run_dir"] = os.path.abspath(os.path.expanduser(raw.strip()))
         else:
-            problems.append(f"{where}: run_dir must be a folder path, got {raw!r}; using the default folder")
+            problems.append(f"{where}: expected a folder path, got {raw!r}; using the default folder")
     if "capture" in values:
         raw, where = values["capture"]
         if isinstance(raw, dict):
+            _unknown_keys(raw, ("mode",), f"{where}: ", problems)
             raw = raw.get("mode", "metadata")
-        mode = str(raw).strip().lower()
+        if raw is False:  # YAML reads a bare `off` as false
+            raw = "off"
+        mode = str(raw).strip().lower() if isinstance(raw, str) else None
         if mode in CAPTURE_MODES:
             kw["capture"] = mode
         else:
             problems.append(f"{where}: unknown capture mode {raw!r} (expected one of {', '.join(CAPTURE_MODES)}); using metadata")
     if "consumers" in values:
         raw, where = values["consumers"]
-        names = [str(x).strip().lower() for x in (raw if isinstance(raw, list) else str(raw).split(","))]
-        names = [n for n in names if n]
-        if names in (["none"], []):
-            kw["consumers"] = ()
+        default = ",".join(DEFAULT_CONSUMERS)
+        if isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw)):
+            names = [x.strip().lower() for x in (raw if isinstance(raw, list) else raw.split(","))]
+            names = [n for n in names if n]
+            if names in (["none"], []):
+                kw["consumers"] = ()
+            else:
+                good = tuple(dict.fromkeys(n for n in names if n in KNOWN_CONSUMERS))
+                bad = [n for n in names if n not in KNOWN_CONSUMERS]
+                if bad:
+                    what = "ignoring them" if good else f"using the default, {default}"
+                    problems.append(f"{where}: unknown consumer(s) {', '.join(map(repr, bad))} "
+                                    f"(known: {', '.join(KNOWN_CONSUMERS)}, or none); {what}")
+                kw["consumers"] = good or DEFAULT_CONSUMERS
         else:
-            bad = [n for n in names if n not in KNOWN_CONSUMERS]
-            if bad:
-                problems.append(f"{where}: unknown consumer(s) {', '.join(map(repr, bad))} (known: {', '.join(KNOWN_CONSUMERS)}, or none); ignoring them")
-            kw["consumers"] = tuple(dict.fromkeys(n for n in names if n in KNOWN_CONSUMERS))
+            problems.append(f"{where}: expected consumer names (a comma list, a list, or none), got {raw!r}; "
+                            f"using the default, {default}")
     if "redact" in values:
         raw, where = values["redact"]
         pats = raw if isinstance(raw, list) else ([raw] if raw else [])
         good = []
+        if not all(isinstance(p, str) for p in pats):
+            problems.append(f"{where}: expected a regular expression or a list of them, got {raw!r}; ignoring it")
+            pats = []
         for p in pats:
             try:
-                re.compile(str(p))
-                good.append(str(p))
+                re.compile(p)
+                good.append(p)
             except re.error as exc:
                 problems.append(f"{where}: redact pattern {p!r} is not a valid regular expression ({exc}); ignoring it")
         kw["redact"] = tuple(good)
     for key in ("dask_transitions", "summary"):
         if key in values:
             raw, where = values[key]
-            b = parse_bool(raw)
+            b = parse_bool(raw) if isinstance(raw, (str, bool)) else None
             if b is None:
                 problems.append(f"{where}: expected true or false, got {raw!r}; using true")
             else:
                 kw[key] = b
     if "pool_spans" in values:
         raw, where = values["pool_spans"]
-        mode = str(raw).strip().lower()
+        mode = raw.strip().lower() if isinstance(raw, str) else None
         if mode in POOL_SPANS:
             kw["pool_spans"] = mode
         else:
@@ -194,6 +234,8 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
         x.strip() for x in env.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",") if x.strip()
     )
     kw["exporters"] = resolve_exporters(env, problems)
+    kw["sdk_numbers"] = sdk_numbers(env, problems)
+    kw["sampler"] = sampler(env, problems)
     kw["problems"] = tuple(problems)
     return Settings(**kw)
 
@@ -203,6 +245,56 @@ def parse_bool(raw: Any) -> bool | None:
         return raw
     s = str(raw).strip().lower()
     return True if s in _TRUE else False if s in _FALSE else None
+
+
+def sdk_numbers(env: Mapping[str, str], problems: list[str]) -> dict[str, int]:
+    """SDK_NUMBERS' values: the user's where valid, else the default, with one message per bad one."""
+    out = {}
+    for var, (default, unit) in SDK_NUMBERS.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            out[var] = default
+            continue
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value >= 1:
+            out[var] = value
+        else:
+            out[var] = default
+            problems.append(f"{var}: expected a whole number of {unit}, 1 or more, got {raw!r}; using {default}")
+    for prefix, unit in (("OTEL_BSP", "spans"), ("OTEL_BLRP", "log records")):
+        batch, queue = f"{prefix}_MAX_EXPORT_BATCH_SIZE", f"{prefix}_MAX_QUEUE_SIZE"
+        if out[batch] > out[queue]:  # the SDK refuses a batch larger than its queue
+            problems.append(f"{batch}: {out[batch]} {unit} is more than the queue holds ({queue} is "
+                            f"{out[queue]}); using {out[queue]}")
+            out[batch] = out[queue]
+    return out
+
+
+def sampler(env: Mapping[str, str], problems: list[str]) -> tuple[str, float | None]:
+    """(OTEL_TRACES_SAMPLER, its ratio for the ratio samplers), as the spec reads them, bad values named."""
+    name = env.get("OTEL_TRACES_SAMPLER", "").strip().lower() or DEFAULT_SAMPLER
+    if name not in SAMPLERS:
+        problems.append(f"OTEL_TRACES_SAMPLER: unknown sampler {env['OTEL_TRACES_SAMPLER']!r} "
+                        f"(expected one of {', '.join(SAMPLERS)}); using {DEFAULT_SAMPLER}")
+        name = DEFAULT_SAMPLER
+    if not name.endswith("traceidratio"):
+        return name, None
+    raw = env.get("OTEL_TRACES_SAMPLER_ARG", "").strip()
+    if not raw:
+        return name, 1.0  # the spec's default ratio
+    try:
+        ratio = float(raw)
+    except ValueError:
+        ratio = None
+    if ratio is None or not 0.0 <= ratio <= 1.0:  # also NaN
+        why = "is not a number" if ratio is None else "is out of range"
+        problems.append(f"OTEL_TRACES_SAMPLER_ARG: {raw!r} {why} (expected a sampling ratio from 0 to 1 for "
+                        f"{name}); using 1.0")
+        ratio = 1.0
+    return name, ratio
 
 
 def resolve_exporters(env: Mapping[str, str], problems: list[str]) -> Exporters:
@@ -319,12 +411,26 @@ def _read_yaml(env: Mapping[str, str], cwd: str | None, problems: list[str]):
         where = f"{path}, line {lines.get(key, '?')}"
         k = str(key).strip().lower()
         if k in _KEYS.values():
-            values[k] = (value, where)
+            values[k] = (value, f"{where}, {key}")
         elif k.upper() in _KEYS:  # EVLOG_CAPTURE: spelled as the variable
-            values[_KEYS[k.upper()]] = (value, where)
+            values[_KEYS[k.upper()]] = (value, f"{where}, {key}")
         else:
+            _unknown_keys({key: value}, tuple(_KEYS.values()), f"{where}: ", problems)
             extra[k] = value
     return values, path, extra
+
+
+def _unknown_keys(mapping: Mapping, known: tuple[str, ...], where: str, problems: list[str]) -> None:
+    """One message per key of ``mapping`` not in ``known``, with the closest known key if one is close."""
+    import difflib
+
+    for key in mapping:
+        k = str(key).strip().lower()
+        if k in known:
+            continue
+        close = difflib.get_close_matches(k.removeprefix("evlog_"), known, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(known)}"
+        problems.append(f"{where}unknown key {key!r} ({hint}); ignoring it")
 
 
 _cached: Settings | None = None

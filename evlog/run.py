@@ -14,10 +14,12 @@ import re
 from evlog import stats
 
 
-def default_run_dir(cwd: str, service: str) -> str:
-    """./evlog-runs/<UTC time>-<service>/, made unique, created readable by the user alone."""
+def default_run_dir(cwd: str, service: str, environ=None) -> str:
+    """./evlog-runs/<UTC time>-<service>/, made unique, created readable by the user alone. <service>
+    is the resource's service.name when the user set one (``user_service_name``), else ``service``."""
     import time
 
+    service = user_service_name(os.environ if environ is None else environ) or service
     service = re.sub(r"[^A-Za-z0-9_.-]+", "_", service) or "run"
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     base = os.path.join(cwd, "evlog-runs")
@@ -30,6 +32,21 @@ def default_run_dir(cwd: str, service: str) -> str:
             return path
         except FileExistsError:
             n += 1
+
+
+def user_service_name(environ) -> str | None:
+    """The service name the user set: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES
+    (the spec's precedence, as the resource evlog builds has it)."""
+    name = environ.get("OTEL_SERVICE_NAME", "").strip()
+    if name:
+        return name
+    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+        key, eq, value = item.partition("=")
+        if eq and key.strip() == "service.name" and value.strip():
+            from urllib.parse import unquote
+
+            return unquote(value.strip())
+    return None
 
 
 def prepare(settings, environ, service: str):
@@ -46,7 +63,7 @@ def prepare(settings, environ, service: str):
             if run_dir:
                 os.makedirs(run_dir, mode=0o700, exist_ok=True)
             else:
-                run_dir = default_run_dir(os.getcwd(), service)
+                run_dir = default_run_dir(os.getcwd(), service, environ)
         except OSError as exc:
             run_dir = run_dir or os.path.join(os.getcwd(), "evlog-runs")
             _report.warn_once(f"runfolder-{exc.errno}", f"cannot create the run folder {run_dir}: {exc.strerror or exc}; telemetry will be dropped")

@@ -1,5 +1,8 @@
-"""Shared fixtures: a real OTLP receiver on loopback (gRPC and HTTP), see tests/receiver.py."""
+"""Shared fixtures: a real OTLP receiver on loopback (gRPC and HTTP), see tests/receiver.py; every test
+runs in a temporary folder."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -14,3 +17,15 @@ def otlp_receiver():
         yield r
     finally:
         r.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _outside_the_checkout(tmp_path_factory):
+    """The whole session, and every process a test starts, runs in a temporary folder, so a run folder
+    made by default (./evlog-runs, by programs run without EVLOG_RUN_DIR) never lands in the checkout."""
+    old = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    try:
+        yield
+    finally:
+        os.chdir(old)

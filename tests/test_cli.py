@@ -18,6 +18,7 @@ import pytest
 from synthetic_run import MS, T0, log, logs_request, make_run, resource, span, traces_request, write_lines
 
 from evlog import cli
+from helpers import evlog_env, run_instrumented
 
 
 def run_cli(capsys, *argv):
@@ -112,11 +113,31 @@ def test_events_by_topic_like_get_events(run, capsys):
     code, out, err = run_cli(capsys, "events", path)  # one positional that is a folder: the run folder
     assert code == 0, err
     lines = out.strip().splitlines()
-    assert len(lines) == 7
+    assert len(lines) == 7 + 8, "every event: the 7 with a topic and the 8 console metadata events"
     assert any("checkpoints" in ln and "checkpoint saved" in ln for ln in lines)  # evlog.log_event / evlog.topic
     assert any(" all " in ln and "add-worker" in ln for ln in lines)  # dask.log_event / dask.topic
+    groups = [ln.split()[2] for ln in lines]
+    assert groups == sorted(groups) and groups.count("evlog.metadata") == 8, "grouped: topic, else event name"
     code, out, err = run_cli(capsys, "events", "nope", path)
     assert code == 0 and out == "" and "no events with topic 'nope'" in err and "runtimes" in err
+    assert "evlog.metadata" in err
+
+
+def test_events_lists_every_event_of_the_quickstart_run_as_summary_counts_them(tmp_path, capsys):
+    """The quickstart's events are console metadata (event name evlog.metadata, no topic)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run_instrumented([sys.executable, os.path.join(root, "examples", "quickstart.py")],
+                     env=evlog_env(EVLOG_SUMMARY="false"), cwd=str(tmp_path), check=True)
+    (path,) = (tmp_path / "evlog-runs").iterdir()
+    code, out, err = run_cli(capsys, "summary", str(path), "--json")
+    assert code == 0 and json.loads(out)["events"] == 5, (out, err)
+    code, out, err = run_cli(capsys, "events", str(path), "--json")
+    assert code == 0 and err == ""
+    evs = json.loads(out)
+    assert [(e["topic"], e["event_name"]) for e in evs] == [("evlog.metadata", "evlog.metadata")] * 5
+    assert [e["msg"]["epoch"] for e in evs] == [1, 2, 3, 4, 5]
+    code, out, err = run_cli(capsys, "events", "evlog.metadata", str(path))
+    assert code == 0 and len(out.strip().splitlines()) == 5
 
 
 def test_a_corrupt_line_is_reported_with_file_and_line_and_the_rest_kept(run, capsys):
@@ -132,6 +153,16 @@ def test_a_corrupt_line_is_reported_with_file_and_line_and_the_rest_kept(run, ca
     assert "after the damage" in out
     assert f"{f}:2: skipped a corrupt line" in err and "traceId" in err
     assert f"{f}:3: skipped a corrupt line" in err
+
+
+def test_a_line_of_random_bytes_is_reported_as_not_utf8_json_with_file_and_line(run, capsys):
+    path, _info = run
+    f = os.path.join(path, "traces-100.jsonl")
+    with open(f, "ab") as fh:
+        fh.write(bytes([0x9c, 0x00, 0xff, 0x41, 0xfe, 0x13, 0x80, 0x7f]) + b"\n")  # json.loads guessed UTF-16
+    code, out, err = run_cli(capsys, "summary", path, "--json")
+    assert code == 0 and json.loads(out)["spans"] == 60, "the other lines are kept"
+    assert err == f"evlog: {f}:2: skipped a corrupt line: not UTF-8 JSON (byte 0x9c at column 1)\n"
 
 
 def test_an_incomplete_last_line_is_reported(run, capsys):
@@ -172,6 +203,19 @@ def test_a_corrupt_or_foreign_database_gets_a_clear_message(tmp_path, capsys):
     assert code == 1 and "not evlog's" in err and "users" in err
     code, out, err = run_cli(capsys, "events", "--db", str(tmp_path / "missing.sqlite"))
     assert code == 1 and "no such database" in err
+
+
+@pytest.mark.parametrize("command", [["serve", "--http-port", "0", "--grpc-port", "0"], ["summary"]],
+                         ids=["serve", "summary"])
+def test_a_database_in_a_missing_folder_is_named_as_such(tmp_path, capsys, command):
+    db = tmp_path / "nonexistent" / "x.sqlite"
+    code, out, err = run_cli(capsys, *command, "--db", str(db))
+    assert code == 1 and out == ""
+    if command[0] == "serve":
+        assert err == f"evlog: {db}: cannot create the database: the folder {db.parent} does not exist\n"
+    else:
+        assert err == f"evlog: {db}: no such database\n"
+    assert not db.parent.exists()
 
 
 def test_a_damaged_evlog_database_gets_a_clear_message(run, tmp_path, capsys):
@@ -300,3 +344,38 @@ def test_view_with_a_token_asks_for_it(run):
             assert "token-dialog" in r.read().decode()
     finally:
         _stop(proc)
+
+
+@pytest.mark.parametrize("command", ["serve", "view"])
+def test_serve_and_view_without_the_view_extra_say_what_to_install(run, tmp_path, command):
+    """A real `evlog` process in which aiohttp cannot be imported (a module of that name that raises
+    ModuleNotFoundError, first on PYTHONPATH), as in an install without the `view` extra."""
+    path, _info = run
+    hide = tmp_path / "no-aiohttp"
+    hide.mkdir()
+    (hide / "aiohttp.py").write_text("raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hide)] + sys.path)}
+    argv = {"serve": ["serve", "--http-port", "0", "--grpc-port", "0", "--db", str(tmp_path / "x.sqlite")],
+            "view": ["view", path]}[command]
+    proc = subprocess.run([sys.executable, "-m", "evlog.cli", *argv], env=env, cwd=tmp_path, capture_output=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.stderr.decode() == (f"evlog: evlog {command} needs the viewer extras: pip install 'evlog[view]' "
+                                    "(No module named 'aiohttp')\n")
+
+
+def test_programs_started_by_tests_write_no_run_folder_into_the_checkout():
+    """Tests start programs without EVLOG_RUN_DIR and without a cwd (tests/conftest.py runs them all in
+    a temporary folder): their default ./evlog-runs must not be the checkout's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = os.path.join(root, "evlog-runs")
+    here = os.path.join(os.getcwd(), "evlog-runs")
+
+    def listing(path):
+        return set(os.listdir(path)) if os.path.isdir(path) else set()
+
+    before, before_here = listing(runs), listing(here)
+    run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()",
+                     env=evlog_env(EVLOG_SUMMARY="false"), check=True)
+    assert listing(runs) == before, f"new run folders in the checkout: {sorted(listing(runs) - before)}"
+    assert len(listing(here) - before_here) == 1, "it went to the tests' own folder"

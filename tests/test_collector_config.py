@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evlog.instrumentation.console_relay import ATTR_IOSTREAM
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "collector-config"
 COMPONENTS_FILE = Path(__file__).resolve().parent / "data" / "collector_components.txt"
@@ -166,7 +168,7 @@ REQUIRED_RESOURCE = {"service.name", "service.instance.id", "process.pid", "proc
                      "torch.local_rank", "torch.group_rank", "torch.role"}
 REQUIRED_ATTRIBUTES = {"dask.transition.start", "dask.transition.finish", "dask.task.prefix", "dask.task.state",
                        "dask.worker.status", "dask.transfer.source", "dask.transfer.bytes", "dask.topic",
-                       "dask.stimulus_id", "evlog.event_type", "evlog.stream"}
+                       "dask.stimulus_id", "evlog.event_type", ATTR_IOSTREAM}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Settings: EVLOG_* variables, the YAML file, OTEL_* exporter choice; every bad value named, never raised."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from evlog import config
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 
 def test_defaults_are_the_embedded_run_folder_and_documented_values():
@@ -34,8 +36,8 @@ def test_bad_values_are_named_and_replaced_by_defaults(tmp_path):
     text = "\n".join(s.problems)
     assert "EVLOG_CAPTURE: unknown capture mode 'loud'" in text
     assert "EVLOG_SUMMARY: expected true or false, got 'maybe'" in text
-    assert f"{tmp_path / 'evlog.yaml'}, line 3: unknown consumer(s) 'nope'" in text
-    assert "line 4: redact pattern '(unclosed' is not a valid regular expression" in text
+    assert f"{tmp_path / 'evlog.yaml'}, line 3, consumers: unknown consumer(s) 'nope'" in text
+    assert "line 4, redact: redact pattern '(unclosed' is not a valid regular expression" in text
     assert s.capture == "metadata" and s.summary is True and s.consumers == ("wsat",) and s.redact == ()
 
 
@@ -50,7 +52,88 @@ def test_pool_spans_from_the_variable_or_the_file_and_a_bad_mode_is_named(tmp_pa
     (tmp_path / "evlog.yaml").write_text("summary: true\npool_spans: [chunk]\n")
     s = config.load({}, cwd=str(tmp_path))
     assert s.pool_spans == "call"
-    assert f"{tmp_path / 'evlog.yaml'}, line 2: unknown pool_spans mode ['chunk']" in s.problems[0]
+    assert f"{tmp_path / 'evlog.yaml'}, line 2, pool_spans: unknown pool_spans mode ['chunk']" in s.problems[0]
+
+
+def test_unknown_yaml_keys_are_named_with_the_closest_known_key(tmp_path):
+    f = tmp_path / "evlog.yaml"
+    f.write_text("captur: enabled\nfoo: bar\nEVLOG_SUMARY: false\ncapture: {mdoe: enabled}\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.problems == (
+        f"{f}, line 1: unknown key 'captur' (did you mean 'capture'?); ignoring it",
+        f"{f}, line 2: unknown key 'foo' (known keys: run_dir, capture, consumers, redact, dask_transitions, "
+        "pool_spans, summary); ignoring it",
+        f"{f}, line 3: unknown key 'EVLOG_SUMARY' (did you mean 'summary'?); ignoring it",
+        f"{f}, line 4, capture: unknown key 'mdoe' (did you mean 'mode'?); ignoring it",
+    )
+    assert s.capture == "metadata" and s.summary is True
+
+
+def test_wrongly_typed_yaml_values_name_their_key(tmp_path):
+    f = tmp_path / "evlog.yaml"
+    f.write_text("redact: {a: 1}\nsummary: [1]\ndask_transitions: maybe\nconsumers: {wsat: 1}\nrun_dir: 7\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.problems == (
+        f"{f}, line 5, run_dir: expected a folder path, got 7; using the default folder",
+        f"{f}, line 4, consumers: expected consumer names (a comma list, a list, or none), got {{'wsat': 1}}; "
+        "using the default, wsat,psat,loadavg,mem,bytes",
+        f"{f}, line 1, redact: expected a regular expression or a list of them, got {{'a': 1}}; ignoring it",
+        f"{f}, line 3, dask_transitions: expected true or false, got 'maybe'; using true",
+        f"{f}, line 2, summary: expected true or false, got [1]; using true",
+    )
+    assert s.redact == () and s.summary is True and s.dask_transitions is True
+    assert s.consumers == config.DEFAULT_CONSUMERS and s.run_dir is None
+
+
+def test_a_bare_off_in_yaml_is_the_capture_mode_off(tmp_path):
+    (tmp_path / "evlog.yaml").write_text("capture: off\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.capture == "off" and not s.problems
+
+
+def test_consumers_with_no_valid_name_fall_back_to_the_default():
+    s = config.load({"EVLOG_CONSUMERS": "foo,bar"}, cwd="/nonexistent")
+    assert s.consumers == config.DEFAULT_CONSUMERS
+    assert s.problems == ("EVLOG_CONSUMERS: unknown consumer(s) 'foo', 'bar' (known: wsat, psat, esat, loadavg, "
+                          "mem, bytes, core, id, timeline, full, or none); using the default, wsat,psat,loadavg,mem,bytes",)
+    s = config.load({"EVLOG_CONSUMERS": "foo,mem"}, cwd="/nonexistent")
+    assert s.consumers == ("mem",) and s.problems[0].endswith("; ignoring them")
+
+
+def test_a_bad_sampler_or_ratio_is_named_with_what_is_used_instead():
+    s = config.load({"OTEL_TRACES_SAMPLER": "garbage"}, cwd="/nonexistent")
+    assert s.sampler == ("parentbased_always_on", None)
+    assert s.problems == ("OTEL_TRACES_SAMPLER: unknown sampler 'garbage' (expected one of always_on, always_off, "
+                          "traceidratio, parentbased_always_on, parentbased_always_off, parentbased_traceidratio); "
+                          "using parentbased_always_on",)
+    s = config.load({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "5"}, cwd="/nonexistent")
+    assert s.sampler == ("traceidratio", 1.0)
+    assert s.problems == ("OTEL_TRACES_SAMPLER_ARG: '5' is out of range (expected a sampling ratio from 0 to 1 for "
+                          "traceidratio); using 1.0",)
+    s = config.load({"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "half"},
+                    cwd="/nonexistent")
+    assert s.sampler == ("parentbased_traceidratio", 1.0)
+    assert s.problems == ("OTEL_TRACES_SAMPLER_ARG: 'half' is not a number (expected a sampling ratio from 0 to 1 "
+                          "for parentbased_traceidratio); using 1.0",)
+    s = config.load({"OTEL_TRACES_SAMPLER": "TraceIdRatio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, cwd="/nonexistent")
+    assert s.sampler == ("traceidratio", 0.25) and not s.problems
+
+
+def test_sdk_numbers_fall_back_to_their_default_one_message_each():
+    env = {"OTEL_BSP_SCHEDULE_DELAY": "-5", "OTEL_METRIC_EXPORT_INTERVAL": "soon", "OTEL_BLRP_MAX_QUEUE_SIZE": "0",
+           "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "99999", "OTEL_BSP_EXPORT_TIMEOUT": "2500"}
+    s = config.load(env, cwd="/nonexistent")
+    assert s.problems == (
+        "OTEL_BSP_SCHEDULE_DELAY: expected a whole number of milliseconds, 1 or more, got '-5'; using 1000",
+        "OTEL_BLRP_MAX_QUEUE_SIZE: expected a whole number of log records, 1 or more, got '0'; using 8192",
+        "OTEL_METRIC_EXPORT_INTERVAL: expected a whole number of milliseconds, 1 or more, got 'soon'; using 5000",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: 99999 spans is more than the queue holds (OTEL_BSP_MAX_QUEUE_SIZE is "
+        "16384); using 16384",
+    )
+    n = s.sdk_numbers
+    assert n["OTEL_BSP_SCHEDULE_DELAY"] == 1000 and n["OTEL_METRIC_EXPORT_INTERVAL"] == 5000
+    assert n["OTEL_BLRP_MAX_QUEUE_SIZE"] == 8192 and n["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] == 16384
+    assert n["OTEL_BSP_EXPORT_TIMEOUT"] == 2500, "a good value is the user's"
 
 
 def test_malformed_yaml_names_the_file_and_line(tmp_path):
@@ -101,12 +184,14 @@ def test_disabled_instrumentations_accept_both_spellings():
 @given(st.dictionaries(st.sampled_from(["EVLOG_CAPTURE", "EVLOG_CONSUMERS", "EVLOG_REDACT", "EVLOG_SUMMARY",
                                         "EVLOG_DASK_TRANSITIONS", "EVLOG_RUN_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT",
                                         "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED",
-                                        "EVLOG_POOL_SPANS"]),
+                                        "EVLOG_POOL_SPANS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+                                        *config.SDK_NUMBERS]),
                        st.text(max_size=30)))
 def test_any_variable_values_give_settings_never_an_exception(env):
     s = config.load(env, cwd="/nonexistent")
     assert s.capture in config.CAPTURE_MODES and s.pool_spans in config.POOL_SPANS
     assert all(isinstance(p, str) and p for p in s.problems)
+    assert s.sampler[0] in config.SAMPLERS and all(v >= 1 for v in s.sdk_numbers.values())
 
 
 @hsettings(max_examples=200, deadline=None)
@@ -116,3 +201,65 @@ def test_any_yaml_text_gives_settings_never_an_exception(tmp_path_factory, text)
     path.write_text(text, encoding="utf-8", errors="surrogatepass") if "\ud800" not in text else None
     s = config.load({"EVLOG_CONFIG": str(path)})
     assert s.capture in config.CAPTURE_MODES
+
+
+# -- in real processes: one bad setting keeps every signal's telemetry --------------------------------
+
+SIGNALS_PROGRAM = r"""
+import evlog
+from opentelemetry import trace
+with trace.get_tracer("app").start_as_current_span("work"):
+    evlog.log_event("app", "an event")
+    print("a console line", flush=True)
+"""
+
+
+def _bad_setting_cases():
+    cases = [(var, "-5", f"{var}: expected a whole number of {unit}, 1 or more, got '-5'; using {default}")
+             for var, (default, unit) in config.SDK_NUMBERS.items()]
+    cases.append(("OTEL_BSP_SCHEDULE_DELAY", "soon",
+                  "OTEL_BSP_SCHEDULE_DELAY: expected a whole number of milliseconds, 1 or more, got 'soon'; using 1000"))
+    cases.append(("EVLOG_CONSUMERS", "foo,bar",
+                  "EVLOG_CONSUMERS: unknown consumer(s) 'foo', 'bar' (known: wsat, psat, esat, loadavg, mem, bytes, "
+                  "core, id, timeline, full, or none); using the default, wsat,psat,loadavg,mem,bytes"))
+    cases.append(("OTEL_TRACES_SAMPLER", "garbage",
+                  "OTEL_TRACES_SAMPLER: unknown sampler 'garbage' (expected one of always_on, always_off, traceidratio, "
+                  "parentbased_always_on, parentbased_always_off, parentbased_traceidratio); using parentbased_always_on"))
+    cases.append(("OTEL_TRACES_SAMPLER_ARG", "5",
+                  "OTEL_TRACES_SAMPLER_ARG: '5' is out of range (expected a sampling ratio from 0 to 1 for "
+                  "traceidratio); using 1.0"))
+    return cases
+
+
+@pytest.mark.parametrize("var,value,message", _bad_setting_cases(), ids=lambda x: x if isinstance(x, str) and
+                         x.isupper() else None)
+def test_a_bad_setting_falls_back_with_one_message_and_every_signal_keeps_its_telemetry(tmp_path, var, value,
+                                                                                        message):
+    env = evlog_env({var: value}, EVLOG_RUN_DIR=tmp_path / "run", EVLOG_SUMMARY="false", EVLOG_CAPTURE="enabled")
+    if var == "OTEL_TRACES_SAMPLER_ARG":
+        env["OTEL_TRACES_SAMPLER"] = "traceidratio"
+    proc = run_instrumented(SIGNALS_PROGRAM, env=env, timeout=120)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0 and proc.stdout == b"a console line\n", err
+    assert [line for line in err.splitlines() if line.startswith("evlog: ")] == [f"evlog: {message}"], err
+    got = read_run_folder(str(tmp_path / "run"))
+    assert [s["name"] for s in got["spans"]] == ["work"], "traces"
+    assert {r["body"] for r in got["logs"]} >= {"an event", "a console line"}, "logs: the program's and the console's"
+    assert {m["name"] for m in got["metrics"]} >= {"evlog.worker.saturation", "evlog.bytes.allocated"}, "metrics"
+
+
+@pytest.mark.parametrize("env,name", [({"OTEL_SERVICE_NAME": "mysvc"}, "mysvc"),
+                                      ({"OTEL_RESOURCE_ATTRIBUTES": "team=a,service.name=my%20svc"}, "my_svc"),
+                                      ({"OTEL_SERVICE_NAME": "first", "OTEL_RESOURCE_ATTRIBUTES": "service.name=x"},
+                                       "first"),
+                                      ({}, "app")],
+                         ids=["OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "both", "neither"])
+def test_the_run_folder_is_named_after_the_service_name_when_set(tmp_path, env, name):
+    (tmp_path / "app.py").write_text("from opentelemetry import trace\ntrace.get_tracer('a').start_span('s').end()\n")
+    proc = run_instrumented([PYTHON, "app.py"], env=evlog_env(env, EVLOG_SUMMARY="false"), cwd=str(tmp_path),
+                            timeout=60, check=True)
+    (run_dir,) = (tmp_path / "evlog-runs").iterdir()
+    assert run_dir.name.endswith(f"Z-{name}"), (run_dir.name, proc.stderr)
+    spans = read_run_folder(str(run_dir))["spans"]
+    assert [s["name"] for s in spans] == ["s"]
+    assert spans[0]["resource"]["service.name"] == (name.replace("_", " ") if env else "app")

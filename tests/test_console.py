@@ -17,20 +17,21 @@ import tty
 
 import pytest
 
+from evlog.instrumentation.console_relay import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 LAUNCHER = [PYTHON, "-m", "evlog.launcher"]
 
 
 def console_rows(rows):
-    return [r for r in rows if "evlog.stream" in (r["attributes"] or {})]
+    return [r for r in rows if ATTR_IOSTREAM in (r["attributes"] or {})]
 
 
 def lines(rows, stream=None):
     """Bodies of the plain console lines (not events, not notices), in arrival order."""
     return [r["body"] for r in console_rows(rows)
-            if not r["event_name"] and (stream is None or r["attributes"]["evlog.stream"] == stream)
-            and "evlog.console.repeated" not in r["attributes"] and "evlog.console.dropped" not in r["attributes"]]
+            if not r["event_name"] and (stream is None or r["attributes"][ATTR_IOSTREAM] == stream)
+            and ATTR_REPEATED not in r["attributes"] and ATTR_DROPPED not in r["attributes"]]
 
 
 def receiver_env(receiver, **extra):
@@ -258,7 +259,7 @@ def test_progress_bars_repeats_and_empty_lines_are_condensed(otlp_receiver):
     rows = console_rows(otlp_receiver.logs())
     assert [r["body"] for r in rows] == [
         "training 100%", "retrying...", "[evlog: previous line repeated 499 more times]", "", "done"]
-    assert rows[2]["attributes"]["evlog.console.repeated"] == 499
+    assert rows[2]["attributes"][ATTR_REPEATED] == 499
 
 
 SECRETS = r"""
@@ -343,9 +344,9 @@ def test_output_faster_than_export_is_dropped_and_counted_line_for_line(otlp_rec
     assert proc.stdout.count(b"\n") == 100_000
 
     def accounted():
-        rows = [r for r in console_rows(otlp_receiver.logs()) if r["attributes"]["evlog.stream"] == "stdout"]
-        exported = [r["body"] for r in rows if "evlog.console.dropped" not in r["attributes"]]
-        dropped = sum(r["attributes"]["evlog.console.dropped"] for r in rows if "evlog.console.dropped" in r["attributes"])
+        rows = [r for r in console_rows(otlp_receiver.logs()) if r["attributes"][ATTR_IOSTREAM] == "stdout"]
+        exported = [r["body"] for r in rows if ATTR_DROPPED not in r["attributes"]]
+        dropped = sum(r["attributes"][ATTR_DROPPED] for r in rows if ATTR_DROPPED in r["attributes"])
         return (exported, dropped) if len(exported) + dropped == 100_000 else None
 
     exported, dropped = otlp_receiver.wait_for(accounted, 60)

@@ -19,7 +19,7 @@ from evlog import _report
 from evlog.processors import install_default
 from evlog.processors.builtin import BuiltinLog
 from evlog.processors.registry import registry
-from helpers import evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, run_instrumented
 
 CONSUMER_METRICS = {
     "evlog.worker.saturation", "evlog.processor.saturation", "evlog.event.saturation",
@@ -269,6 +269,65 @@ def test_bytesallocd_on_a_small_dask_graph_rises_then_falls_and_fetch_clears(das
     assert len(after) == 2, after  # only the task after the first fetch: fetching cleared the log
     assert max(after) < 1_000_000, after  # the result is freed once the client lets it go
     assert dask_run["seed_again"][a]["bytes"] == [], "get_logs! clears"
+
+
+BYTES_PROGRAM = r"""
+import json, os, sys
+from distributed import Client, LocalCluster, wait
+from evlog.bootstrap import lifecycle
+
+def alloc(i):
+    return bytes(200_000)
+
+def flush():
+    from evlog.bootstrap import lifecycle
+    return lifecycle.flush(10)
+
+if __name__ == "__main__":
+    processes = sys.argv[1] == "processes"
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        futs = [client.submit(alloc, i, workers=[workers[i % 2]]) for i in range(20)]  # 10 results each
+        wait(futs)
+        pids = client.run(os.getpid)
+        if processes:
+            assert all(client.run(flush).values()), "a collection in each worker while it holds its results"
+        else:
+            assert flush(), "a collection while the in-process workers hold the results"
+        results = client.gather(futs)
+    assert flush(), "the cluster is closed; this process still holds the 20 results"
+    print("RESULT " + json.dumps({"pid": os.getpid(), "workers": sorted(set(pids.values())),
+                                  "held": sum(map(len, results))}))
+"""
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["in-process", "worker-processes"])
+def test_bytes_allocated_reports_live_bytes_while_results_are_held(processes, otlp_receiver):
+    """Each worker's first reading is its Dask-managed bytes (the results it holds); after its workers
+    close, a process (the in-process cluster's program, a worker process at exit) reports its resident
+    bytes, never the 0 of a closed worker's accounting."""
+    pytest.importorskip("distributed")
+    env = evlog_env(otlp_receiver.env("grpc"), EVLOG_SUMMARY="false",
+                    OTEL_METRIC_EXPORT_INTERVAL="600000")  # only the program's flushes and the exits collect
+    mode = "processes" if processes else "threads"
+    res = _json_line(run_instrumented([PYTHON, "-c", BYTES_PROGRAM, mode], env=env, timeout=180))
+    assert res["held"] == 4_000_000
+    observed = res["workers"]
+    assert (observed == [res["pid"]]) != processes and len(observed) == (2 if processes else 1)
+
+    def by_pid():
+        out = {pid: [] for pid in observed}
+        for m in otlp_receiver.metrics():
+            if m["name"] == "evlog.bytes.allocated" and m["resource"].get("process.pid") in out:
+                out[m["resource"]["process.pid"]].append(m)
+        return out
+
+    otlp_receiver.wait_for(lambda: all(len(p) >= 2 for p in by_pid().values()), timeout=30)
+    for pid, pts in by_pid().items():
+        values = [p["value"] for p in sorted(pts, key=lambda p: p["time"])]
+        assert values[0] >= (2_000_000 if processes else 4_000_000), (pid, values)  # the results held
+        assert min(values) > 0, (pid, values)  # live bytes at every collection, after the workers closed too
 
 
 # -- in-process, on a real SDK provider -----------------------------------------------------------

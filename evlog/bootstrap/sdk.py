@@ -8,9 +8,11 @@ hook), and it builds the real SDK provider, with its processors or readers and e
 call that needs it (get_tracer, get_logger, get_meter, or any other attribute of the SDK provider).
 ``when_built`` runs set-up that belongs with a provider (evlog's consumers, console marks) then.
 
-The user's OTEL_* values always win: the sampler and OTEL_BSP_*/OTEL_BLRP_* are read by the SDK itself,
-exporters read their own variables, and evlog's defaults (a larger span queue, a 1 s batch delay, a 5 s
-metric interval) apply only where the variable is unset. Resource attributes from
+The user's OTEL_* values always win: the sampler, OTEL_BSP_*/OTEL_BLRP_* and OTEL_METRIC_EXPORT_* are
+validated in evlog.config (SDK_NUMBERS) and passed to the SDK from the settings (a bad value falls back
+to the default with one message, never failing the signal's set-up), exporters read their own
+variables, and evlog's defaults (a larger span queue, a 1 s batch delay, a 5 s metric interval) apply
+only where the variable is unset. Resource attributes from
 OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME override evlog's.
 """
 from __future__ import annotations
@@ -28,22 +30,6 @@ _providers: list = []  # the (traces, logs, metrics) Lazy*Providers of this proc
 _attrs: dict = {}  # this process's resource attributes: evlog's, the user's over them, then update_resource()'s
 _lock = threading.RLock()  # held while a provider is built (re-entered when one build needs another)
 forkguard.hold(_lock)  # a fork waits for a build: half-imported SDK modules would stay broken in the child
-# evlog's defaults where the user set nothing. Queues: 4-8 times the SDK's 2,048, which overflows at
-# bursts of about 10,000 spans/s; a queued span or log record holds about 2 KB, so a dead collector
-# costs at most about 50 MB (measured: tests/test_faults.py, a million spans and events).
-DEFAULTS = {
-    "OTEL_BSP_MAX_QUEUE_SIZE": 16384,
-    "OTEL_BSP_SCHEDULE_DELAY": 1000,
-    "OTEL_BLRP_MAX_QUEUE_SIZE": 8192,
-    "OTEL_BLRP_SCHEDULE_DELAY": 1000,
-    "OTEL_METRIC_EXPORT_INTERVAL": 5000,
-}
-
-
-def _default(var: str) -> int | None:
-    return None if os.environ.get(var) else DEFAULTS[var]
-
-
 def service_name() -> str:
     name = os.environ.get("EVLOG_SERVICE_NAME")
     if name:
@@ -150,18 +136,34 @@ _BATCHED = {
 }
 
 
-def _build_batched(signal: str, makers, resource):
+def _build_batched(signal: str, makers, resource, settings):
     """A TracerProvider or LoggerProvider with one counting batch processor per exporter."""
     provider_cls, add, batch_cls, hook, managed, env = _BATCHED[signal]
     processor = _counting(_load(batch_cls), hook)
-    provider = _load(provider_cls)(resource=resource, shutdown_on_exit=False)
+    extra = {"sampler": sampler(settings.sampler)} if signal == "traces" else {}
+    provider = _load(provider_cls)(resource=resource, shutdown_on_exit=False, **extra)
+    n = settings.sdk_numbers
     for make in makers:
         getattr(provider, add)(processor(
             getattr(select, managed)(make),
-            max_queue_size=_default(f"{env}_MAX_QUEUE_SIZE"),
-            schedule_delay_millis=_default(f"{env}_SCHEDULE_DELAY"),
+            max_queue_size=n[f"{env}_MAX_QUEUE_SIZE"],
+            schedule_delay_millis=n[f"{env}_SCHEDULE_DELAY"],
+            max_export_batch_size=n[f"{env}_MAX_EXPORT_BATCH_SIZE"],
+            export_timeout_millis=n[f"{env}_EXPORT_TIMEOUT"],
         ))
     return provider
+
+
+def sampler(spec):
+    """The SDK sampler for ``settings.sampler`` (a name of config.SAMPLERS and its ratio)."""
+    from opentelemetry.sdk.trace import sampling
+
+    name, ratio = spec
+    base = {"always_on": sampling.ALWAYS_ON, "always_off": sampling.ALWAYS_OFF}
+    inner = base.get(name.removeprefix("parentbased_"))
+    if inner is None:
+        inner = sampling.TraceIdRatioBased(ratio)
+    return sampling.ParentBased(inner) if name.startswith("parentbased_") else inner
 
 
 def _load(name: str):
@@ -171,13 +173,15 @@ def _load(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def _build_metrics(makers, resource):
+def _build_metrics(makers, resource, settings):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
+    n = settings.sdk_numbers
     readers = [
         PeriodicExportingMetricReader(
-            select.managed_metric_exporter(make), export_interval_millis=_default("OTEL_METRIC_EXPORT_INTERVAL"))
+            select.managed_metric_exporter(make), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+            export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"])
         for make in makers
     ]
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
@@ -194,6 +198,7 @@ class _LazyProvider:
 
     def __init__(self, settings):
         # One constructor per exporter of the signal; made now, so a bad exporter name is reported at start.
+        self._settings = settings
         self._kinds = tuple(getattr(settings.exporters, self.SIGNAL))
         self._makers = [m for m in (select.factory(self.SIGNAL, kind, settings) for kind in self._kinds) if m]
         self._real = None
@@ -218,7 +223,7 @@ class _LazyProvider:
             try:
                 route_sdk_logging()
                 _before_exporters(self._kinds)
-                made = BUILD[self.SIGNAL](self._makers, build_resource())
+                made = BUILD[self.SIGNAL](self._makers, build_resource(), self._settings)
             except Exception as exc:
                 _report.warn_once(f"sdk-build-{self.SIGNAL}", f"the OpenTelemetry SDK for {self.SIGNAL} could not "
                                   f"be set up; this process's {self.SIGNAL} go nowhere: {exc!r}")
@@ -285,8 +290,8 @@ class LazyMeterProvider(_LazyProvider):
 
 
 BUILD = {
-    "traces": lambda makers, resource: _build_batched("traces", makers, resource),
-    "logs": lambda makers, resource: _build_batched("logs", makers, resource),
+    "traces": lambda makers, resource, settings: _build_batched("traces", makers, resource, settings),
+    "logs": lambda makers, resource, settings: _build_batched("logs", makers, resource, settings),
     "metrics": _build_metrics,
 }
 # OTel API module -> (index in _providers, its provider class, its setter)

@@ -43,6 +43,10 @@ IDLE_S = 1.0  # repeat notices are emitted after this long without output
 _NO_CTX = b"-" * 50
 MAX_GAUGES = 100
 KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
+# Attribute names of console records (docs/conventions.md); tests, benchmarks and readers import them.
+ATTR_IOSTREAM = "log.iostream"  # "stdout" or "stderr": OpenTelemetry's semantic convention
+ATTR_REPEATED = "evlog.console.repeated"
+ATTR_DROPPED = "evlog.console.dropped"
 _PAYLOAD = 50
 _END = b"\x1b\\"
 
@@ -508,18 +512,10 @@ class Emitter:
         if route:
             route()  # SDK warnings -> one evlog line each, as in every other process
 
-        defaults = getattr(sdk, "DEFAULTS", {})  # the same defaults as every other process of the run
-
-        def default(var: str, value: int):
-            return None if os.environ.get(var) else defaults.get(var, value)
-
+        n = settings.sdk_numbers  # validated, with the same defaults as every other process of the run
         resource = Resource(cfg.get("resource") or {})
         lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        try:
-            queue = int(os.environ.get("OTEL_BLRP_MAX_QUEUE_SIZE") or defaults.get("OTEL_BLRP_MAX_QUEUE_SIZE", 2048))
-        except ValueError:
-            queue = 2048
-        self.room = max(64, queue * 3 // 4)  # records in flight before the processor waits
+        self.room = max(64, n["OTEL_BLRP_MAX_QUEUE_SIZE"] * 3 // 4)  # records in flight before the processor waits
         self.emitted = 0
         self._exported: list = []  # one [count] per exporter: records it was handed
         for kind in settings.exporters.logs:
@@ -529,15 +525,17 @@ class Emitter:
                 self._exported.append(cell)
                 lp.add_log_record_processor(BatchLogRecordProcessor(
                     _counting(exporters.managed_log_exporter(make), cell),
-                    max_queue_size=default("OTEL_BLRP_MAX_QUEUE_SIZE", 8192),
-                    schedule_delay_millis=default("OTEL_BLRP_SCHEDULE_DELAY", 1000)))
+                    max_queue_size=n["OTEL_BLRP_MAX_QUEUE_SIZE"], schedule_delay_millis=n["OTEL_BLRP_SCHEDULE_DELAY"],
+                    max_export_batch_size=n["OTEL_BLRP_MAX_EXPORT_BATCH_SIZE"],
+                    export_timeout_millis=n["OTEL_BLRP_EXPORT_TIMEOUT"]))
         readers = []
         for kind in settings.exporters.metrics:
             make = exporters.factory("metrics", kind, settings)
             if make:
                 readers.append(PeriodicExportingMetricReader(
                     exporters.managed_metric_exporter(make),
-                    export_interval_millis=default("OTEL_METRIC_EXPORT_INTERVAL", 5000)))
+                    export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+                    export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"]))
         mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         set_logger_provider(lp)
         metrics.set_meter_provider(mp)
@@ -545,8 +543,8 @@ class Emitter:
         self.logger = get_logger("evlog.console")
         self.meter = metrics.get_meter("evlog.console")
         self.values: dict[str, float] = {}
-        self._stdout = {"evlog.stream": "stdout"}
-        self._stderr = {"evlog.stream": "stderr"}
+        self._stdout = {ATTR_IOSTREAM: "stdout"}
+        self._stderr = {ATTR_IOSTREAM: "stderr"}
 
     def backlog(self) -> int:
         """Records emitted and not yet handed to the slowest exporter (the SDK queue's length)."""
@@ -567,10 +565,10 @@ class Emitter:
                 emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.console.command")
             elif kind == cp.REPEATED:
                 emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={"evlog.stream": r.stream, "evlog.console.repeated": r.count})
+                     attributes={ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count})
             elif kind == cp.DROPPED:
                 emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={"evlog.stream": r.stream, "evlog.console.dropped": r.count})
+                     attributes={ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count})
 
     def _gauges(self, body: dict) -> None:
         for key, value in cp.numeric_items(body):

@@ -206,7 +206,7 @@ class BuiltinLog(SpanProcessor):
         if name == "mem":
             return r.mem_free(now_ns)
         if name == "bytes":
-            ds = self._dstate if self._dstate is not None else dask_state()
+            ds = dask_state()  # not the sampled one: its workers may have closed since
             return ds.nbytes if ds is not None else r.rss(now_ns)
         raise KeyError(name)
 

@@ -131,8 +131,8 @@ class ProcessorSaturation:
 
 
 class BytesAllocd:
-    """Bytes of task results held by this process's Dask workers (WorkerState.nbytes), else the
-    process's resident bytes read at most every max_age_s (Dagger.Events.BytesAllocd)."""
+    """Bytes of task results held by this process's running Dask workers (WorkerState.nbytes), else
+    the process's resident bytes; both looked at again at most every max_age_s (Dagger.Events.BytesAllocd)."""
 
     def __init__(self, max_age_s: float = 0.2):
         self.max_age_s = max_age_s
@@ -145,7 +145,7 @@ class BytesAllocd:
 
     def __call__(self, ev):
         now = time.monotonic_ns()
-        if self._state is None and now - self._looked >= self._readings.max_age_ns:
+        if now - self._looked >= self._readings.max_age_ns:  # looked for again: workers start and close
             self._looked = now
             self._state = dask_state()
         if self._state is not None:

@@ -129,13 +129,17 @@ class _WorkersBytes:
 
 
 def dask_state():
-    """An object whose ``.nbytes`` is the bytes of task results held by this process's Dask workers
-    (``WorkerState.nbytes``: results computed here and data fetched from other workers), or None."""
+    """An object whose ``.nbytes`` is the bytes of task results held by this process's running Dask
+    workers (``WorkerState.nbytes``, Dask's managed memory: results computed here and data fetched from
+    other workers), or None where no worker is running here: a worker not started yet, or closing or
+    closed (its data released while the process, e.g. an in-process cluster's program, still holds
+    live bytes), stands for nothing, and the caller reads the process's resident bytes instead."""
     mod = sys.modules.get("distributed.worker")
     if mod is None:
         return None
     try:
-        workers = [w for w in list(mod.Worker._instances) if getattr(w, "state", None) is not None]
+        workers = [w for w in list(mod.Worker._instances)
+                   if getattr(w, "state", None) is not None and _running(w)]
     except Exception:
         return None
     if not workers:
@@ -143,6 +147,15 @@ def dask_state():
     if len(workers) == 1:
         return workers[0].state
     return _WorkersBytes(tuple(w.state for w in workers))
+
+
+def _running(worker) -> bool:
+    """Whether a Dask worker is running (``Worker.status``, a ``distributed.core.Status``)."""
+    status = getattr(worker, "status", None)
+    return getattr(status, "name", None) in _RUNNING
+
+
+_RUNNING = frozenset({"running", "paused"})
 
 
 def dask_running() -> dict:

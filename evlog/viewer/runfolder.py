@@ -123,7 +123,13 @@ class RunFolder:
                 continue
             self.lines += 1
             try:
-                rows.extend(decode(f.signal, json.loads(raw)))
+                text = raw.decode("utf-8")  # json.loads(bytes) would guess UTF-16 or 32 for random bytes
+            except UnicodeDecodeError as e:
+                self._problem(f"{f.path}:{f.line}: skipped a corrupt line: not UTF-8 JSON "
+                              f"(byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+                continue
+            try:
+                rows.extend(decode(f.signal, json.loads(text)))
             except (ValueError, RecursionError) as e:  # json and DecodeError are ValueErrors
                 msg = str(e)
                 self._problem(f"{f.path}:{f.line}: skipped a corrupt line: {msg[:200]}")

@@ -224,10 +224,17 @@ class Store:
             raise StoreError(f"{self.path}: no such database")
         if self.path and os.path.isdir(self.path):
             raise StoreError(f"{self.path}: is a folder, not an evlog database")
+        if self.path and not os.path.isdir(os.path.dirname(self.path)):
+            raise StoreError(f"{self.path}: cannot create the database: the folder {os.path.dirname(self.path)} "
+                             "does not exist")
         try:
             self.conn = sqlite3.connect(self.path or ":memory:", check_same_thread=False,
                                         isolation_level=None, timeout=30)
             self._check_and_create(create)
+        except sqlite3.OperationalError as e:  # e.g. unable to open database file: a folder we may not write
+            if "unable to open" not in str(e):
+                raise StoreError(f"{self.path}: damaged database ({e})") from None
+            raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
         except sqlite3.DatabaseError as e:
             if "not a database" in str(e):
                 raise StoreError(f"{self.path}: not an evlog database ({e})") from None
@@ -576,16 +583,21 @@ class Store:
         return [_log_dict(r) for r in self._q(
             _LOG_SELECT + f" WHERE {where} ORDER BY l.time LIMIT ?", args + (limit,))]
 
-    def topics(self) -> list[tuple[str, int]]:
+    def topics(self, every: bool = False) -> list[tuple[str, int]]:
+        """(topic, count) of the events with a topic; with ``every``, of every event, by its group
+        (its topic, else its event name)."""
+        group, where = (_GROUP, _EVERY) if every else ("topic", "topic IS NOT NULL")
         return [(t, n) for t, n in self._q(
-            "SELECT topic, count(*) FROM logs WHERE topic IS NOT NULL GROUP BY topic ORDER BY topic")]
+            f"SELECT {group} AS g, count(*) FROM logs l WHERE {where} GROUP BY g ORDER BY g")]
 
     def events(self, topic: str | None = None, limit: int | None = None, since: int | None = None,
-               newest_first: bool = False) -> list[dict]:
-        """Events with a topic (dask.log_event / evlog.log_event), oldest first, like get_events."""
-        where, args = ["l.topic IS NOT NULL"], []
+               newest_first: bool = False, every: bool = False) -> list[dict]:
+        """Events with a topic (dask.log_event / evlog.log_event), oldest first, like get_events. With
+        ``every``: every event (a log record with an event name, e.g. evlog.metadata, torch's and the
+        bridge's, or with a topic), ``topic`` then naming a group (a topic, else an event name)."""
+        where, args = [_EVERY if every else "l.topic IS NOT NULL"], []
         if topic is not None:
-            where.append("l.topic = ?")
+            where.append(f"{_GROUP if every else 'l.topic'} = ?")
             args.append(topic)
         if since is not None:
             where.append("l.time >= ?")
@@ -666,6 +678,8 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
               "status_message", "task_key", "prefix", "worker", "thread", "process")
 
 
+_EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
+_GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
                "l.attributes, l.trace_id, l.span_id, p.label, l.process FROM logs l "
                "LEFT JOIN processes p ON p.id = l.process")
