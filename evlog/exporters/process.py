@@ -27,7 +27,7 @@ NICE = 10
 LINGER = 1.0  # seconds, after the control pipe closed, for connected processes to send their last records
 EXIT_TIMEOUT = 5.0
 FAILING_WAIT = 1.0
-BATCH = 512  # spans per export call
+BATCH = 512  # spans per export call (OTEL_BSP_MAX_EXPORT_BATCH_SIZE once configured)
 MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped (and counted)
 
 
@@ -106,10 +106,11 @@ class _Sink:
     goes through, so a collector that is down for a while loses nothing; only the memory bound and
     exit's deadline drop spans, and those are counted."""
 
-    def __init__(self, make):
+    def __init__(self, make, batch: int = BATCH):
         from collections import deque
 
         self.make = make
+        self.batch = batch
         self.exporter = None
         self.pending: deque = deque()
         self.retry: list | None = None  # the batch that failed last, tried first
@@ -138,7 +139,7 @@ class _Sink:
             now = time.monotonic()
             if now < self.pause_until or (stop_at is not None and now >= stop_at):
                 return
-            batch = self.retry or [pending.popleft() for _ in range(min(BATCH, len(pending)))]
+            batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
             try:
                 ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
             except Exception as exc:
@@ -162,6 +163,7 @@ class Pipeline:
         import threading
 
         self.sinks: list | None = None
+        self.delay = 0.5  # seconds between export passes (OTEL_BSP_SCHEDULE_DELAY once configured)
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._loop, name="evlog-export", daemon=True)
@@ -179,7 +181,9 @@ class Pipeline:
         settings = config.load()
         config.set_current(settings)
         makers = [m for m in (select.factory("traces", kind, settings) for kind in settings.exporters.traces) if m]
-        self.sinks = [_Sink(m) for m in makers]
+        n = settings.sdk_numbers  # validated, as in every process of the run
+        self.delay = n["OTEL_BSP_SCHEDULE_DELAY"] / 1000
+        self.sinks = [_Sink(m, n["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"]) for m in makers]
 
     def add(self, spans: list) -> None:
         if not spans or not self.sinks:
@@ -193,7 +197,7 @@ class Pipeline:
                 for _ in range(over):
                     sink.pending.popleft()
                 stats.incr("dropped.queue_full", over)
-        if len(self.sinks[0].pending) >= BATCH:
+        if len(self.sinks[0].pending) >= self.sinks[0].batch:
             self._wake.set()
 
     def failing(self) -> bool:
@@ -201,7 +205,7 @@ class Pipeline:
 
     def _loop(self) -> None:
         while not self._stop:
-            self._wake.wait(0.5)
+            self._wake.wait(self.delay)
             self._wake.clear()
             if not self._stop:
                 for sink in self.sinks or ():
