@@ -154,10 +154,16 @@ class Channel:
     def _connect(self):
         import socket
 
-        addr = os.environ.get(ENV) or _start_own()
+        addr = os.environ.get(ENV)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(SEND_TIMEOUT)
-        sock.connect("\0" + addr)
+        try:
+            if not addr:
+                raise FileNotFoundError
+            sock.connect("\0" + addr)
+        except (FileNotFoundError, ConnectionRefusedError):
+            # none named, or one that is gone (a variable left from an earlier run): this process starts its own
+            sock.connect("\0" + _start_own())
         self._sock = sock
         return sock
 

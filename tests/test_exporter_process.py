@@ -178,3 +178,37 @@ def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_coun
     assert "Traceback" not in err
     summary = [line for line in err.splitlines() if line.startswith("evlog: ") and " spans, " in line]
     assert len(summary) == 1 and "dropped (could not be exported)" in summary[0], err
+
+
+CONFIGURED_APP = r'''
+import sys
+import evlog
+evlog.configure(run_dir=sys.argv[1], consumers="none")
+from distributed import Client, LocalCluster
+
+def inc(x):
+    return x + 1
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        print(sum(client.gather(client.map(inc, range(10)))))
+'''
+
+
+def test_a_process_without_the_launcher_starts_its_own_exporter_even_with_a_stale_address(tmp_path):
+    """evlog.configure() with no launcher, and EVLOG_EXPORTER left over from a run that is over: the
+    process starts its own exporter process, and waits for it at exit, so the spans are in the folder."""
+    import subprocess
+
+    from helpers import read_run_folder
+
+    app = tmp_path / "app.py"
+    app.write_text(CONFIGURED_APP)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([PYTHON, str(app), str(run_dir)], env=evlog_env({"EVLOG_EXPORTER": "evlog-gone-1234"}),
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == [b"55"], proc.stderr.decode()[-2000:]
+    assert b"evlog:" not in proc.stderr, proc.stderr.decode()
+    spans = read_run_folder(str(run_dir))["spans"]
+    assert len([s for s in spans if s["name"] == "dask.task inc"]) == 10

@@ -248,6 +248,19 @@ class Pipeline:
                     pass
 
 
+def _same_user(sock) -> bool:
+    """Is the peer a process of this user (SO_PEERCRED)? Others may not feed this run's telemetry."""
+    import socket
+    import struct
+
+    try:
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+    except (OSError, AttributeError):
+        return True  # no SO_PEERCRED here (not Linux): nothing to check with
+    return uid == os.getuid()
+
+
 def main() -> None:
     import marshal
     import selectors
@@ -354,6 +367,9 @@ def main() -> None:
                 try:
                     sock, _ = listener.accept()
                 except OSError:
+                    continue
+                if not _same_user(sock):  # an abstract socket name has no file permissions to guard it
+                    sock.close()
                     continue
                 sock.setblocking(False)
                 clients[sock] = _Client(sock)
