@@ -200,10 +200,11 @@ def _install_console(settings) -> None:
 # start-up). One finder first on sys.meta_path wraps the loader of every watched module, to run its hooks
 # once the module is executed, and of each thread's outermost import, to know when that thread has
 # finished importing. A target is often imported by the import of another module: asyncio imports
-# concurrent.futures, and asyncio is imported by wrapt (>= 2.2), by OpenTelemetry, by Dask. A hook that ran
-# at once would find that module half made, and it may be one the hook itself imports (with wrapt 2.5,
-# `import multiprocessing` first made the futures hook import a partial wrapt). A "settled" hook runs
-# when the thread's outermost import is complete instead: what it imports is then complete or importable.
+# concurrent.futures, and asyncio is imported by wrapt (>= 2.2), by OpenTelemetry, by tornado. A hook that
+# ran then could find a module it imports itself half made (with wrapt 2.5, `import multiprocessing` first
+# made the futures hook import a partial wrapt). A "settled" hook is held while such a module is being
+# imported, and runs when the thread's outermost import is complete; otherwise (the target imported by
+# the user's own module) at once, so that module can use what the hook instruments at import time.
 
 _hooks: dict = {}  # module name -> [(hook, settled), ...], until that module is imported
 _hooks_lock = threading.RLock()
@@ -214,10 +215,10 @@ _finder = None
 def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = False) -> None:
     """Call ``hook(module)`` once module ``name`` has been imported (at once if it is already).
 
-    With ``settled`` (``after_otel`` is its former name), never while an import is in progress in the
-    same thread: the hook is held until the outermost one is complete (see above). Without it the hook
-    runs as soon as the module is executed, inside the import that brought it: for hooks that import
-    nothing (e.g. setting the OTel globals, which the rest of that import may already use)."""
+    With ``settled`` (``after_otel`` is its former name), never while a module the hook may import is
+    half made: the hook is then held until the thread's outermost import is complete (see above). Without
+    it the hook runs as soon as the module is executed, inside the import that brought it: for hooks that
+    import nothing (e.g. setting the OTel globals, which the rest of that import may already use)."""
     global _finder
     with _hooks_lock:
         if _finder is None:
@@ -230,14 +231,42 @@ def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = 
     _run(hook, module, settled or after_otel)
 
 
-def _run(hook, module, settled: bool) -> None:
-    if settled and getattr(_thread, "importing", False):
+def _run(hook, module, settled: bool, executed: bool = False) -> None:
+    """``executed``: called by the module's loader, at the end of its execution."""
+    if settled and getattr(_thread, "importing", False) and _half_made(module, executed):
         _thread.held.append((hook, module))
         return
     try:
         hook(module)
     except Exception as exc:
         _report.warn_once(f"import-hook-{module.__name__}", f"set-up on import of {module.__name__} failed: {exc!r}")
+
+
+# What settled hooks import besides the standard library and their target's own package: evlog, wrapt,
+# OpenTelemetry and what OpenTelemetry's API imports.
+_HOOK_IMPORTS = frozenset(("evlog", "wrapt", "opentelemetry", "typing_extensions", "importlib_metadata", "zipp",
+                           "deprecated"))
+
+
+def _half_made(target, executed: bool) -> bool:
+    """Is a module that a hook on ``target`` may import being imported now (in any thread: other threads'
+    only make this err on the side of holding)? A module in the standard library, in _HOOK_IMPORTS or in
+    the target's own package; the target too, unless ``executed`` (its loader has just run it).
+
+    The import system marks a module being imported with ``__spec__._initializing`` (CPython 3.4 to 3.14;
+    its "partially initialized module" message reads it). Not set on a target that is being imported
+    means a Python without that mark: hold then, as if something were half made."""
+    if executed and getattr(getattr(target, "__spec__", None), "_initializing", None) is not True:
+        return True
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    own = target.__name__.partition(".")[0]
+    for name, module in list(sys.modules.items()):
+        if (executed and module is target) or not getattr(getattr(module, "__spec__", None), "_initializing", False):
+            continue
+        root = name.partition(".")[0]
+        if root in stdlib or root in _HOOK_IMPORTS or root == own:
+            return True
+    return False
 
 
 def _enter() -> bool:
@@ -318,7 +347,7 @@ class _Loader:
                 if parent in sys.modules:  # as the import system does next: a hook may use parent.child
                     setattr(sys.modules[parent], child, module)
             for hook, settled in hooks:
-                _run(hook, module, settled)
+                _run(hook, module, settled, executed=True)
         finally:
             if outermost:
                 _leave()
