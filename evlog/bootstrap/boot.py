@@ -200,7 +200,7 @@ def _install_console(settings) -> None:
 # start-up). One finder first on sys.meta_path wraps the loader of every watched module, to run its hooks
 # once the module is executed, and of each thread's outermost import, to know when that thread has
 # finished importing. A target is often imported by the import of another module: asyncio imports
-# concurrent.futures, and asyncio is imported by wrapt (>= 2.2), by OpenTelemetry, by tornado. A hook that
+# concurrent.futures, and asyncio is imported by wrapt (2.5, not 2.1), by OpenTelemetry, by tornado. A hook that
 # ran then could find a module it imports itself half made (with wrapt 2.5, `import multiprocessing` first
 # made the futures hook import a partial wrapt). A "settled" hook is held while such a module is being
 # imported, and runs when the thread's outermost import is complete; otherwise (the target imported by
