@@ -20,11 +20,15 @@ def start(settings: config.Settings | None = None, *, capture: bool | None = Non
     if _started_pid == os.getpid():
         return False
     _started_pid = os.getpid()
+    outermost = _enter()  # set-up is an import too (sitecustomize): settled hooks wait for its end
     try:
         return _start(settings, capture)
     except Exception as exc:  # evlog must never stop the program from starting
         _report.warn_once("boot", f"set-up failed, the program runs without evlog: {exc!r}")
         return False
+    finally:
+        if outermost:
+            _leave()
 
 
 def _start(settings, capture) -> bool:
@@ -97,7 +101,7 @@ def _instrument(settings) -> None:
 
     for name, (module, target) in TARGETS.items():
         if settings.instrumentation_enabled(name):
-            when_imported(module, _activator(name, target), after_otel=True)
+            when_imported(module, _activator(name, target), settled=True)
     from . import others
 
     others.activate(settings)
@@ -193,21 +197,28 @@ def _install_console(settings) -> None:
 
 # -- post-import hooks ------------------------------------------------------------------------------
 # evlog's own, light ones (wrapt's module imports importlib.metadata, which every process would pay at
-# start-up). One finder first on sys.meta_path: it wraps the loader of a watched module, and of every
-# opentelemetry.* module so that it knows when OpenTelemetry is being imported in this thread.
+# start-up). One finder first on sys.meta_path wraps the loader of every watched module, to run its hooks
+# once the module is executed, and of each thread's outermost import, to know when that thread has
+# finished importing. A target is often imported by the import of another module: asyncio imports
+# concurrent.futures, and asyncio is imported by wrapt (2.5, not 2.1), by OpenTelemetry, by tornado. A hook that
+# ran then could find a module it imports itself half made (with wrapt 2.5, `import multiprocessing` first
+# made the futures hook import a partial wrapt). A "settled" hook is held while such a module is being
+# imported, and runs when the thread's outermost import is complete; otherwise (the target imported by
+# the user's own module) at once, so that module can use what the hook instruments at import time.
 
-_hooks: dict = {}  # module name -> [(hook, after_otel), ...], until that module is imported
+_hooks: dict = {}  # module name -> [(hook, settled), ...], until that module is imported
 _hooks_lock = threading.RLock()
-_thread = threading.local()  # .depth: OpenTelemetry imports in progress; .pending: hooks waiting for them
+_thread = threading.local()  # .importing: an outermost import is running in this thread; .held: settled hooks waiting for its end
 _finder = None
 
 
-def when_imported(name: str, hook, *, after_otel: bool = False) -> None:
+def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = False) -> None:
     """Call ``hook(module)`` once module ``name`` has been imported (at once if it is already).
 
-    With ``after_otel``, never in the middle of an OpenTelemetry import in the same thread (e.g. asyncio,
-    hence concurrent.futures, imported by opentelemetry.trace): the hook would find OpenTelemetry half
-    made; it runs as soon as that import is complete."""
+    With ``settled`` (``after_otel`` is its former name), never while a module the hook may import is
+    half made: the hook is then held until the thread's outermost import is complete (see above). Without
+    it the hook runs as soon as the module is executed, inside the import that brought it: for hooks that
+    import nothing (e.g. setting the OTel globals, which the rest of that import may already use)."""
     global _finder
     with _hooks_lock:
         if _finder is None:
@@ -215,14 +226,15 @@ def when_imported(name: str, hook, *, after_otel: bool = False) -> None:
             sys.meta_path.insert(0, _finder)
         module = sys.modules.get(name)
         if module is None:
-            _hooks.setdefault(name, []).append((hook, after_otel))
+            _hooks.setdefault(name, []).append((hook, settled or after_otel))
             return
-    _run(hook, module, after_otel)
+    _run(hook, module, settled or after_otel)
 
 
-def _run(hook, module, after_otel: bool) -> None:
-    if after_otel and getattr(_thread, "depth", 0):
-        _thread.pending.append((hook, module))
+def _run(hook, module, settled: bool, executed: bool = False) -> None:
+    """``executed``: called by the module's loader, at the end of its execution."""
+    if settled and getattr(_thread, "importing", False) and _half_made(module, executed):
+        _thread.held.append((hook, module))
         return
     try:
         hook(module)
@@ -230,14 +242,74 @@ def _run(hook, module, after_otel: bool) -> None:
         _report.warn_once(f"import-hook-{module.__name__}", f"set-up on import of {module.__name__} failed: {exc!r}")
 
 
+# What settled hooks import besides the standard library and their target's own package: evlog, wrapt,
+# OpenTelemetry and what OpenTelemetry's API imports.
+_HOOK_IMPORTS = frozenset(("evlog", "wrapt", "opentelemetry", "typing_extensions", "importlib_metadata", "zipp",
+                           "deprecated"))
+
+
+def _half_made(target, executed: bool) -> bool:
+    """Is a module that a hook on ``target`` may import being imported now (in any thread: other threads'
+    only make this err on the side of holding)? A module in the standard library, in _HOOK_IMPORTS or in
+    the target's own package; the target too, unless ``executed`` (its loader has just run it).
+
+    The import system marks a module being imported with ``__spec__._initializing`` (CPython 3.4 to 3.14;
+    its "partially initialized module" message reads it). Not set on a target that is being imported
+    means a Python without that mark: hold then, as if something were half made."""
+    if executed and getattr(getattr(target, "__spec__", None), "_initializing", None) is not True:
+        return True
+    stdlib = getattr(sys, "stdlib_module_names", ())
+    own = target.__name__.partition(".")[0]
+    for name, module in list(sys.modules.items()):
+        if (executed and module is target) or not getattr(getattr(module, "__spec__", None), "_initializing", False):
+            continue
+        root = name.partition(".")[0]
+        if root in stdlib or root in _HOOK_IMPORTS or root == own:
+            return True
+    return False
+
+
+def _enter() -> bool:
+    """This thread starts importing; True when this is its outermost import (the caller then _leave()s)."""
+    if getattr(_thread, "importing", False):
+        return False
+    _thread.importing = True
+    if not hasattr(_thread, "held"):
+        _thread.held = []
+    return True
+
+
+def _leave() -> None:
+    """The outermost import is over (done or failed): run the settled hooks held for it. Their own
+    imports are outermost ones again, whose end runs what they bring in turn."""
+    _thread.importing = False
+    while _thread.held:
+        held, _thread.held = _thread.held, []
+        for hook, module in held:
+            _run(hook, module, False)
+
+
+def _asked_not_imported() -> bool:
+    """Is find_spec called by importlib.util.find_spec (runpy, pkgutil, "is it installed?" checks) rather
+    than by an import? That spec goes to its caller and may never be executed: its loader is left alone."""
+    try:
+        return sys._getframe(3).f_globals.get("__name__") == "importlib.util"  # ours, _find_spec, util.find_spec
+    except ValueError:
+        return False
+
+
 class _Finder:
-    """Finds nothing itself: asks the finders after it, and wraps the loader of modules it watches."""
+    """Finds nothing itself: asks the finders after it, and wraps the loader of a watched module or of a
+    thread's outermost import."""
 
     def find_spec(self, name, path=None, target=None):
-        if name not in _hooks and not name.startswith("opentelemetry."):
+        watched = name in _hooks
+        if not watched and (getattr(_thread, "importing", False) or _asked_not_imported()):
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None) if finder is not self else None
+            if find is None and not watched and finder is not self:
+                return None  # a legacy finder (find_module only): the import system asks it as it would
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
                 break
@@ -249,7 +321,7 @@ class _Finder:
 
 
 class _Loader:
-    """The module's own loader, then the module's hooks."""
+    """The module's own loader, then the module's hooks; at the end of an outermost import, the held ones."""
 
     def __init__(self, loader, name: str):
         self.loader = loader
@@ -264,28 +336,21 @@ class _Loader:
         spec = getattr(module, "__spec__", None)
         if spec is not None and spec.loader is self:
             spec.loader = self.loader
-        otel = self.name.startswith("opentelemetry.")
-        if otel:
-            if not hasattr(_thread, "depth"):
-                _thread.depth, _thread.pending = 0, []
-            _thread.depth += 1
+        outermost = _enter()
         try:
             self.loader.exec_module(module)
+            with _hooks_lock:
+                hooks = _hooks.pop(self.name, ())
+            if hooks:
+                module = sys.modules.get(self.name, module)
+                parent, _, child = self.name.rpartition(".")
+                if parent in sys.modules:  # as the import system does next: a hook may use parent.child
+                    setattr(sys.modules[parent], child, module)
+            for hook, settled in hooks:
+                _run(hook, module, settled, executed=True)
         finally:
-            if otel:
-                _thread.depth -= 1
-        with _hooks_lock:
-            hooks = _hooks.pop(self.name, ())
-        module = sys.modules.get(self.name, module)
-        parent, _, child = self.name.rpartition(".")
-        if hooks and parent in sys.modules:  # as the import system does next: a hook may use parent.child
-            setattr(sys.modules[parent], child, module)
-        for hook, after_otel in hooks:
-            _run(hook, module, after_otel)
-        if otel and not _thread.depth and _thread.pending:
-            waiting, _thread.pending = _thread.pending, []
-            for hook, mod in waiting:
-                _run(hook, mod, False)
+            if outermost:
+                _leave()
 
     def __getattr__(self, name: str):
         return getattr(self.loader, name)

@@ -22,6 +22,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
 from evlog import _report, config
+from evlog.bootstrap.boot import when_imported
 
 from . import _context
 from .threads import ThreadsInstrumentor
@@ -65,8 +66,8 @@ class FuturesInstrumentor:
             return
         self._on = True
         ThreadsInstrumentor.acquire()
-        wrapt.register_post_import_hook(self._patch_thread, "concurrent.futures.thread")
-        wrapt.register_post_import_hook(self._patch_process, "concurrent.futures.process")
+        when_imported("concurrent.futures.thread", self._patch_thread)
+        when_imported("concurrent.futures.process", self._patch_process)
 
     def uninstrument(self) -> None:
         if not self._on:

@@ -36,6 +36,7 @@ import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
 from evlog import _report, config
+from evlog.bootstrap.boot import when_imported
 
 from . import _context
 from ._sigterm import SigtermGuard
@@ -126,7 +127,7 @@ class MultiprocessingInstrumentor:
         SigtermGuard.enable()
         wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "start", _process_start)
         wrapt.wrap_function_wrapper(_mp_process.BaseProcess, "_bootstrap", _process_bootstrap)
-        wrapt.register_post_import_hook(self._patch_pool, "multiprocessing.pool")
+        when_imported("multiprocessing.pool", self._patch_pool)
 
     def uninstrument(self) -> None:
         if not self._on:

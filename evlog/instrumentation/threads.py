@@ -53,10 +53,10 @@ class ThreadsInstrumentor:
 
     @classmethod
     def acquire(cls) -> None:
-        cls._users += 1
-        if cls._users == 1:
+        if cls._users == 0:  # counted once patched: a failure here leaves nothing half counted
             wrapt.wrap_function_wrapper(threading.Thread, "start", _start)
             wrapt.wrap_function_wrapper(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+        cls._users += 1
 
     @classmethod
     def release(cls) -> None:
