@@ -127,10 +127,10 @@ def _listen(env: dict):
     that records nothing for it pays for no second interpreter. None if it cannot be bound: processes
     then start their own."""
     try:
-        from evlog.exporters import process
+        from evlog.bootstrap import exporter
 
-        addr, listener = process.listen(env)
-        env[process.ENV] = addr
+        addr, listener = exporter.listen(env)
+        env[exporter.ENV] = addr
         return listener
     except Exception as exc:
         sys.stderr.write(f"evlog: no exporter socket ({exc}); each process starts its own exporter\n")
@@ -147,12 +147,12 @@ def _wait(pid: int, listener, env: dict):
     os.set_blocking(w, False)
     old_fd = signal.set_wakeup_fd(w)  # SIGCHLD wakes the select below: no polling, no latency at exit
     old_handler = signal.signal(signal.SIGCHLD, lambda *_: None)
-    exporter = None
+    started = None
     try:
         while listener is not None:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                return status, exporter
+                return status, started
             try:
                 ready = select.select([listener, r], [], [])[0]
             except (InterruptedError, KeyboardInterrupt):
@@ -166,9 +166,9 @@ def _wait(pid: int, listener, env: dict):
                         break
             if listener in ready:
                 try:
-                    from evlog.exporters import process
+                    from evlog.bootstrap import exporter
 
-                    exporter = process.spawn(listener, env, SITE_DIR)
+                    started = exporter.spawn(listener, env, SITE_DIR)
                 except Exception as exc:
                     sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
                 listener.close()
@@ -181,33 +181,11 @@ def _wait(pid: int, listener, env: dict):
     while True:
         try:
             _, status = os.waitpid(pid, 0)
-            return status, exporter
+            return status, started
         except InterruptedError:
             continue
         except KeyboardInterrupt:
             continue
-
-
-def _end_exporter(exporter) -> None:
-    """Close its control pipe and wait for it to flush (it bounds its own time; this wait is a backstop)."""
-    import time
-
-    control, pid = exporter
-    os.close(control)
-    deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done:
-            return
-        time.sleep(0.02)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except OSError:
-        pass
 
 
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
@@ -239,10 +217,12 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    status, exporter = _wait(pid, listener, env)
+    status, started = _wait(pid, listener, env)
     code = os.waitstatus_to_exitcode(status)
-    if exporter is not None:
-        _end_exporter(exporter)
+    if started is not None:
+        from evlog.bootstrap import exporter
+
+        exporter.end(*started)
     if stats_file:
         try:
             from evlog import run

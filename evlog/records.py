@@ -22,11 +22,11 @@ import threading
 from collections import deque
 
 from evlog import _report, stats
+from evlog.bootstrap import exporter as _exporter
 
 INTERVAL = 0.5  # seconds between shipments
 FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps holds the GIL
 SEND_TIMEOUT = 5.0  # a stuck exporter process costs the shipping thread this much, once
-ENV = "EVLOG_EXPORTER"
 _HEADER = struct.Struct("<I")
 
 
@@ -154,7 +154,7 @@ class Channel:
     def _connect(self):
         import socket
 
-        addr = os.environ.get(ENV)
+        addr = os.environ.get(_exporter.ENV)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(SEND_TIMEOUT)
         try:
@@ -183,33 +183,17 @@ _own: list = []  # (starter's pid, control pipe, exporter's pid) of an exporter 
 def _start_own() -> str:
     """No launcher started an exporter process: start one for this process and its children. This
     process's exit ends it and waits for its flush (bounded), as the launcher does."""
-    from evlog.exporters import process
-
-    addr, control, pid = process.start(dict(os.environ))
+    addr, control, pid = _exporter.start(dict(os.environ))
     _own.append((os.getpid(), control, pid))
-    os.environ[ENV] = addr
+    os.environ[_exporter.ENV] = addr
     return addr
 
 
 def _end_own() -> None:
-    import time
-
-    from evlog.exporters import process
-
     for starter, control, pid in list(_own):
-        if starter != os.getpid():
-            continue
-        _own.remove((starter, control, pid))
-        os.close(control)
-        deadline = time.monotonic() + process.LINGER + process.EXIT_TIMEOUT + 1.0
-        while time.monotonic() < deadline:
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if done:
-                break
-            time.sleep(0.02)
+        if starter == os.getpid():
+            _own.remove((starter, control, pid))
+            _exporter.end(control, pid)
 
 
 _channel: Channel | None = None

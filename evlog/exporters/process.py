@@ -1,7 +1,8 @@
 """The run's exporter process: records in, spans out through the SDK's public types and stock exporters.
 
-evlog-instrument starts one per launch (``start``), before the program; a process set up without the
-launcher starts its own on first use (evlog.records). Observed processes connect to its abstract Unix
+evlog-instrument binds its socket before the program starts and spawns it at the first connection; a
+process set up without the launcher starts its own on first use (evlog.records); both through
+evlog.bootstrap.exporter. Observed processes connect to its abstract Unix
 socket (EVLOG_EXPORTER) and send length-prefixed ``marshal`` frames ``(hello, kind, meta, records)``
 (evlog.records). Here:
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
@@ -19,62 +20,13 @@ machine its work waits for the program's.
 from __future__ import annotations
 
 import os
-import sys
 
-ENV = "EVLOG_EXPORTER"
-LISTEN_FD, CONTROL_FD = 3, 4
+from evlog.bootstrap.exporter import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
+
 NICE = 10
-LINGER = 1.0  # seconds, after the control pipe closed, for connected processes to send their last records
-EXIT_TIMEOUT = 5.0
 FAILING_WAIT = 1.0
 BATCH = 512  # spans per export call (OTEL_BSP_MAX_EXPORT_BATCH_SIZE once configured)
 MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped (and counted)
-
-
-def listen(env: dict):
-    """Bind a new exporter socket; returns its address (for EVLOG_EXPORTER) and the listening socket.
-    Connections wait in its backlog until ``spawn`` starts the process that accepts them."""
-    import _socket  # the C module: the launcher pays for nothing more
-
-    addr = f"evlog-{env.get('EVLOG_RUN_ID') or os.urandom(8).hex()}-{os.getpid()}-{os.urandom(4).hex()}"
-    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    listener.bind("\0" + addr)
-    listener.listen(128)
-    return addr, listener
-
-
-def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
-    """Start the exporter process on ``listener``; returns the write end of its control pipe (close it,
-    or exit, to end the exporter process) and its pid."""
-    r, w = os.pipe()
-    child_env = dict(env)
-    if site_dir is None:
-        site_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bootstrap", "site")
-    path = [p for p in child_env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != site_dir]
-    child_env["PYTHONPATH"] = os.pathsep.join(path)
-    child_env.pop("EVLOG_OWNER_PID", None)
-    try:
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        try:
-            pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "evlog.exporters.process"], child_env,
-                                 file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
-                                               (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
-                                               (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)])
-        finally:
-            os.close(devnull)
-    finally:
-        os.close(r)
-    return w, pid
-
-
-def start(env: dict) -> tuple[str, int, int]:
-    """``listen`` and ``spawn`` at once: address, control pipe, pid (a process without the launcher)."""
-    addr, listener = listen(env)
-    try:
-        w, pid = spawn(listener, {**env, ENV: addr})
-    finally:
-        listener.close()
-    return addr, w, pid
 
 
 # ---- in the exporter process ---------------------------------------------------------------------
