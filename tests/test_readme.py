@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import pathlib
 import re
+import subprocess
+import tomllib
+
+from packaging.requirements import Requirement
 
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
@@ -20,7 +24,25 @@ def test_ci_runs_the_readmes_test_command():
     install_and_run, test = _readme_commands()
     assert "evlog-instrument python examples/quickstart.py" in install_and_run
     ci = (ROOT / ".ci" / "run").read_text()
-    assert test in ci.splitlines(), f"{test!r} must be a line of .ci/run"
+    assert test in [line.strip() for line in ci.splitlines()], f"{test!r} must be a line of .ci/run"
+
+
+def test_ci_pins_every_lower_bound_of_pyproject_for_its_lowest_versions_pass():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    out = subprocess.run([PYTHON, str(ROOT / ".ci" / "lowest_constraints.py")], capture_output=True, check=True,
+                         timeout=60).stdout.decode()
+    pins = dict(line.split("==") for line in out.split())
+    for req in requirements:
+        if req.name == project["name"]:
+            continue
+        lows = [s.version for s in req.specifier if s.operator in (">=", "==")]
+        if lows:  # pinned at its own lower bound (or at a higher one that another mention of it asks for)
+            assert req.specifier.contains(pins[req.name], prereleases=True), (str(req), pins[req.name])
+            assert pins[req.name] in lows or req.name in [r.name for r in requirements if r is not req], str(req)
+        else:
+            assert req.name not in pins, str(req)
 
 
 def test_quickstart_runs_under_evlog_instrument(tmp_path):
