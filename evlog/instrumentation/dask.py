@@ -172,10 +172,9 @@ def _start_threads() -> None:
     """evlog's long-lived threads in a Dask process (shipping, assembly, the SDK's batch and metric
     threads) start with the instrumentation, when ``distributed`` is imported, not at the first
     Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
-    piece of its work left behind sees none of evlog's appear. The SDK is built in a short-lived thread,
-    so the import does not wait for it."""
-    import threading
-
+    piece of its work left behind sees none of evlog's appear. The SDK is built here, in the importing
+    thread (a process that imports distributed makes telemetry anyway): built in a thread of its own, a
+    short program could reach interpreter shutdown in the middle of it."""
     from evlog import records
     from evlog.bootstrap import sdk
 
@@ -184,12 +183,8 @@ def _start_threads() -> None:
     try:
         records.channel().start()
         assembler.start()
-
-        def build():
-            for provider in sdk.providers():
-                provider.real()
-
-        threading.Thread(target=build, name="evlog-sdk-build", daemon=True).start()
+        for provider in sdk.providers():
+            provider.real()
     except Exception as exc:
         _report.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")
 
