@@ -26,7 +26,9 @@ from evlog.bootstrap import exporter as _exporter
 
 INTERVAL = 0.5  # seconds between shipments
 FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps holds the GIL
-SEND_TIMEOUT = 5.0  # a stuck exporter process costs the shipping thread this much, once
+SEND_SLICE = 0.2  # seconds a shipment waits for room in the socket; what does not fit waits for the next
+EXIT_WAIT = 5.0  # seconds exit waits for the exporter process to take what is still unsent
+MAX_UNSENT = 256 << 20  # bytes held for a slow exporter process before the oldest frames are dropped (counted)
 _HEADER = struct.Struct("<I")
 
 
@@ -51,6 +53,8 @@ class Channel:
         self._sock = None
         self._thread = None
         self._dead = False
+        self._unsent: deque = deque()  # [frame bytes, records in it, bytes of it already sent, has a hello]
+        self._unsent_bytes = 0
         self._resource_sent = None
         self._pid = os.getpid()
 
@@ -115,25 +119,62 @@ class Channel:
                     frames.append((src.kind, meta, items[i:i + FRAME_ITEMS]))
                     meta = None
             if frames:
-                self._send(frames, n)
+                self._queue(frames, n)
+            if self._unsent:
+                self._send(SEND_SLICE)
             return n
 
-    def _send(self, frames: list, n: int) -> None:
+    def _queue(self, frames: list, n: int) -> None:
+        """Frames become bytes, queued to go out in order (a slow exporter process makes them wait here,
+        never the program's threads: only this thread writes)."""
         if self._dead:
             stats.incr("dropped.exporter_gone", n)
             return
+        head = self._hello()
+        for kind, meta, items in frames:
+            data = marshal.dumps((head, kind, meta, items))
+            self._unsent.append([_HEADER.pack(len(data)) + data, len(items), 0, head is not None])
+            self._unsent_bytes += len(data) + 4
+            head = None
+        unsent = self._unsent
+        # never one begun (the stream would be torn), nor one with a hello (what follows needs it)
+        while self._unsent_bytes > MAX_UNSENT and len(unsent) > 1 and unsent[0][2] == 0 and not unsent[0][3]:
+            frame, count, _, _ = unsent.popleft()
+            self._unsent_bytes -= len(frame)
+            stats.incr("dropped.exporter_behind", count)
+
+    def _send(self, wait_s: float) -> bool:
+        """Write queued frames for at most ``wait_s`` seconds; True once none is left."""
+        import time
+
+        unsent = self._unsent
+        deadline = time.monotonic() + wait_s
         try:
             sock = self._sock or self._connect()
-            head = self._hello()
-            for kind, meta, items in frames:
-                data = marshal.dumps((head, kind, meta, items))
-                head = None
-                sock.sendall(_HEADER.pack(len(data)) + data)
+            while unsent:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                entry = unsent[0]
+                try:
+                    sent = sock.send(memoryview(entry[0])[entry[2]:])
+                except TimeoutError:
+                    return False
+                entry[2] += sent
+                if entry[2] == len(entry[0]):
+                    unsent.popleft()
+                    self._unsent_bytes -= len(entry[0])
+            return True
         except Exception as exc:
             self._dead = True
-            stats.incr("dropped.exporter_gone", n)
+            lost = sum(e[1] for e in unsent)
+            unsent.clear()
+            self._unsent_bytes = 0
+            stats.incr("dropped.exporter_gone", lost)
             _report.warn_once("records-send", f"the exporter process cannot be reached ({exc}); this process's "
                               "task telemetry is dropped and counted from now on, the program goes on")
+            return False
 
     def _hello(self):
         """This process's resource (and the run's settings), when they changed since the last frame."""
@@ -156,7 +197,6 @@ class Channel:
 
         addr = os.environ.get(_exporter.ENV)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(SEND_TIMEOUT)
         try:
             if not addr:
                 raise FileNotFoundError
@@ -168,7 +208,16 @@ class Channel:
         return sock
 
     def close(self) -> None:
+        """At exit: ship everything, waiting at most EXIT_WAIT for a slow exporter process (the rest is
+        dropped and counted)."""
         self.ship()
+        with self._lock:
+            if self._unsent and not self._send(EXIT_WAIT):
+                lost = sum(e[1] for e in self._unsent)
+                self._unsent.clear()
+                stats.incr("dropped.exporter_behind", lost)
+                _report.warn_once("records-exit", f"the exporter process did not take this process's last {lost:,} "
+                                  f"records within {EXIT_WAIT:g} s; they are dropped and counted")
         sock, self._sock = self._sock, None
         if sock is not None:
             try:
