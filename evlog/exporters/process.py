@@ -2,12 +2,11 @@
 
 evlog-instrument binds its socket before the program starts and spawns it at the first connection; a
 process set up without the launcher starts its own on first use (evlog.records); both through
-evlog.bootstrap.exporter. Observed processes connect to its abstract Unix
-socket (EVLOG_EXPORTER) and send length-prefixed ``marshal`` frames ``(hello, kind, meta, records)``
+evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket (EVLOG_EXPORTER) and send length-prefixed ``marshal`` frames ``(hello, kind, meta, records)``
 (evlog.records). Here:
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
-- each ``kind`` has a builder that turns records into SDK ``ReadableSpan``s (``BUILDERS``);
+- each ``kind`` has a builder that turns records into SDK ``ReadableSpan``s (``_builders``);
 - spans go to the exporters the settings name (the stock OTLP exporters, the run folder, the console,
   entry points; evlog.exporters.select), in batches, from one thread.
 
@@ -216,11 +215,10 @@ def _same_user(sock) -> bool:
 def main() -> None:
     import marshal
     import selectors
+    import signal
     import socket
     import struct
     import time
-
-    import signal
 
     # In the program's process group (a job control stop or a kill of the group reaches it too), but a
     # Ctrl-C or a closed terminal must not cut its flush short: it ends when its control pipe closes.
