@@ -159,8 +159,12 @@ def test_torchrun_restart_gets_a_span_and_the_new_workers_join_it():
         second = [s for s in starts if s["parent_span_id"] == restart["span_id"]]
         assert len(second) == 1 and second[0]["attributes"]["torch.restart_count"] == 1
         assert sorted(s["attributes"]["torch.rdzv.round"] for s in rounds) == [0, 1]
-        failing = r.wait_for(lambda: len(rows := _named(r.logs(), "worker.failing")) == 2 and rows)
-        assert {e["span_id"] for e in failing} == {s["span_id"] for s in starts} - {second[0]["span_id"]}
+        # Each rank of the first attempt records worker.failing and exits 1, but the agent stops the other
+        # rank as soon as one has failed: under load that can be before the other reached its record.
+        # What is checked: what a failing rank recorded before its exit arrives, in the first attempt.
+        failing = r.wait_for(lambda: _named(r.logs(), "worker.failing"))
+        first = {s["span_id"] for s in starts} - {second[0]["span_id"]}
+        assert {e["span_id"] for e in failing} == first and len(failing) <= 2
         steps = r.wait_for(lambda: len(rows := _named(r.logs(), "step")) == 6 and rows)
         assert {e["span_id"] for e in steps} == {second[0]["span_id"]}
         restarts = r.wait_for(lambda: [m for m in r.metrics() if m["name"].endswith("simpleelasticagent._restart_workers.success")])
