@@ -35,6 +35,8 @@ from opentelemetry.trace import (
 
 from evlog import __version__, _report, stats
 
+from . import dask_lives
+
 INTERVAL = 0.5  # seconds between assembler passes
 SCOPE = InstrumentationScope("evlog.dask", __version__)
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -114,12 +116,8 @@ def parse_traceparent(tp) -> SpanContext | None:
     """The remote parent SpanContext of a W3C traceparent string, cached (one per client call)."""
     sc = _parsed.get(tp)
     if sc is None:
-        try:
-            _v, trace_hex, span_hex, flags = tp.split("-")[:4]
-            sc = SpanContext(int(trace_hex, 16), int(span_hex, 16), True, TraceFlags(int(flags, 16) & 0xFF))
-        except Exception:
-            return None
-        if not sc.is_valid:
+        sc = dask_lives.parse_traceparent(tp)
+        if sc is None:
             return None
         if len(_parsed) > 4096:
             _parsed.clear()
@@ -131,15 +129,7 @@ def format_traceparent(sc: SpanContext) -> str:
     return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
 
 
-def trace_of_group(span_id) -> int:
-    """A trace id for tasks with no carrier: from Dask's own span id (a uuid), shared by scheduler
-    and workers, so tasks of one Dask span still land in one trace; random if there is none."""
-    if span_id:
-        try:
-            return int(str(span_id).replace("-", ""), 16) & ((1 << 128) - 1) or 1
-        except ValueError:
-            pass
-    return new_trace_id()
+trace_of_group = dask_lives.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
 
 
 # ---- pacing: background work in short slices ----------------------------------------------------
