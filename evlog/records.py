@@ -56,6 +56,7 @@ class Channel:
         self._unsent: deque = deque()  # [frame bytes, records in it, bytes of it already sent, has a hello]
         self._unsent_bytes = 0
         self._resource_sent = None
+        self._count = 0  # sources made so far
         self._pid = os.getpid()
 
     # ---- sources --------------------------------------------------------------------------------
@@ -63,8 +64,11 @@ class Channel:
     def source(self, kind: str, meta=None, tap=None) -> deque:
         """A deque to append records of ``kind`` to. ``meta`` (atoms) goes once, before its first
         records; ``tap(items)`` sees every shipped list in this process (e.g. a local story ledger)."""
-        src = _Source(kind, meta, tap)
         with self._lock:
+            self._count += 1
+            # one stream per source: two schedulers of one process (a test suite's clusters, one after the
+            # other) reuse task keys, and the exporter process must not mix their tasks' lives
+            src = _Source(f"{kind}#{self._count}", meta, tap)
             self._sources.append(src)
         self._ensure_thread()
         return src.log

@@ -6,7 +6,8 @@ evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket
 (evlog.records). Here:
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
-- each ``kind`` has a builder that turns records into SDK ``ReadableSpan``s (``_builders``);
+- each source (``<kind>#<n>``, one per scheduler, ...) gets a builder of its kind that turns its records
+  into SDK ``ReadableSpan``s (``_builders``);
 - spans go to the exporters the settings name (the stock OTLP exporters, the run folder, the console,
   entry points; evlog.exporters.select), in batches, from one thread.
 
@@ -265,7 +266,7 @@ def main() -> None:
                 _hello(client, hello)
             b = client.builders.get(kind)
             if b is None:
-                make = builders.get(kind)
+                make = builders.get(kind.partition("#")[0])  # "<kind>#<source number>"
                 if make is None:
                     _report.warn_once(f"exporter-kind-{kind}", f"the exporter process has no builder for {kind!r} records")
                     stats.incr("dropped.unknown_kind", len(records))
