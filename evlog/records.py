@@ -33,13 +33,14 @@ _HEADER = struct.Struct("<I")
 
 
 class _Source:
-    __slots__ = ("kind", "meta", "log", "tap", "announced")
+    __slots__ = ("kind", "meta", "log", "tap", "convert", "announced")
 
-    def __init__(self, kind: str, meta, tap):
+    def __init__(self, kind: str, meta, tap, convert):
         self.kind = kind
         self.meta = meta
         self.log: deque = deque()
         self.tap = tap
+        self.convert = convert
         self.announced = False
 
 
@@ -61,14 +62,16 @@ class Channel:
 
     # ---- sources --------------------------------------------------------------------------------
 
-    def source(self, kind: str, meta=None, tap=None) -> deque:
+    def source(self, kind: str, meta=None, tap=None, convert=None) -> deque:
         """A deque to append records of ``kind`` to. ``meta`` (atoms) goes once, before its first
-        records; ``tap(items)`` sees every shipped list in this process (e.g. a local story ledger)."""
+        records; ``convert(items)``, if given, turns what the hot path appended into the records that
+        go (tuples of atoms), in the shipping thread: the place for work too costly for the hot path;
+        ``tap(items)`` sees every shipped list in this process (e.g. a local story ledger)."""
         with self._lock:
             self._count += 1
             # one stream per source: two schedulers of one process (a test suite's clusters, one after the
             # other) reuse task keys, and the exporter process must not mix their tasks' lives
-            src = _Source(f"{kind}#{self._count}", meta, tap)
+            src = _Source(f"{kind}#{self._count}", meta, tap, convert)
             self._sources.append(src)
         self._ensure_thread()
         return src.log
@@ -110,7 +113,16 @@ class Channel:
                     continue
                 pop = log.popleft
                 items = [pop() for _ in range(len(log))]
+                if src.convert is not None:
+                    try:
+                        items = src.convert(items)
+                    except Exception as exc:
+                        _report.warn_once(f"records-convert-{src.kind}", f"records of {src.kind} are lost: {exc!r}")
+                        stats.incr("dropped.unconvertible", len(items))
+                        continue
                 n += len(items)
+                if not items:
+                    continue
                 if src.tap is not None:
                     try:
                         src.tap(items)
@@ -265,8 +277,15 @@ def channel() -> Channel:
     return ch
 
 
-def source(kind: str, meta=None, tap=None) -> deque:
-    return channel().source(kind, meta, tap)
+def source(kind: str, meta=None, tap=None, convert=None) -> deque:
+    return channel().source(kind, meta, tap, convert)
+
+
+def flush() -> None:
+    """Ship this process's records now (their converters and taps run: e.g. before a log is read)."""
+    ch = _channel
+    if ch is not None and ch._pid == os.getpid():
+        ch.ship()
 
 
 def remove(log: deque) -> None:

@@ -6,7 +6,7 @@ and in a run folder.
 - A `dask scheduler` and two `dask worker` processes started through the dask CLI under
   evlog-instrument write to one run folder, with an evlog client (whose worker is SIGKILLed under a
   task) and a client without evlog (``cli`` fixture).
-- EVLOG_DASK_TRANSITIONS=false, failures inside evlog's hooks, and the fast OTLP encoding.
+- EVLOG_DASK_TRANSITIONS=false and failures inside evlog's hooks.
 """
 from __future__ import annotations
 
@@ -564,50 +564,6 @@ def test_a_forked_child_of_the_scheduler_process_does_not_send_its_spans_again(t
     assert out["exitcode"] == 0 and out["result"] == list(range(1, 11))
     tasks = [s for s in read_run_folder(str(run_dir))["spans"] if s["name"] == "dask.task f"]
     assert sorted(s["attributes"]["dask.task.key"] for s in tasks) == sorted(f"f-{i}" for i in range(10))
-
-
-# ---- the fast OTLP path ---------------------------------------------------------------------------
-
-def test_fast_span_encoding_matches_the_standard_otlp_encoder():
-    from opentelemetry.exporter.otlp.proto.common._internal import trace_encoder
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTraceServiceRequest,
-    )
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-
-    from evlog.events import Transition
-    from evlog.instrumentation import dask_spans as ds
-
-    res = Resource.create({"service.name": "t", "dask.role": "scheduler"})
-    parent = ds.parse_traceparent("00-0123456789abcdef0123456789abcdef-0123456789abcdef-01")
-    spans = []
-    for i in range(40):
-        trans = [Transition(f"k-{i}", "released", "waiting", "update-graph-1.5", None, 1.7e9 + i),
-                 Transition(f"k-{i}", "waiting", "processing", f"task-finished-{i}", "tcp://127.0.0.1:1", 1.7e9 + i + .1),
-                 Transition(f"k-{i}", "processing", "erred" if i % 3 == 0 else "memory", "s é", "tcp://127.0.0.1:1", 1.7e9 + i + .2)]
-        attrs = {"dask.task.key": f"k-{i}", "dask.task.prefix": "k", "dask.task.nbytes": 2 ** 40, "dask.task.dependencies": ["a", "b"],
-                 "x.neg": -3, "x.float": 0.5, "x.bool": True, "thread.id": 2 ** 63 - 1}
-        extra = ((("exception", int(1.7e18) + i, {"exception.message": "ValueError: bad ✓"}),) if i % 3 == 0 else ())
-        status = Status(StatusCode.ERROR, "ValueError: bad") if i % 3 == 0 else ds.UNSET
-        spans.append(ds.FinishedSpan(f"dask.task k{i % 2}", ds.context(ds.new_trace_id(), ds.new_span_id()),
-                                     parent if i % 2 else None, res, attrs, list(SpanKind)[i % 5], status,
-                                     int(1.7e18) + i, int(1.7e18) + i + 10, trans, extra))
-    fast = ExportTraceServiceRequest.FromString(ds.encode_request(spans))
-    standard_encode = getattr(trace_encoder.encode_spans, "__wrapped__", trace_encoder.encode_spans)
-    standard = standard_encode(spans)  # reads .events: the lazily built SDK events
-
-    def canonical(request):
-        out = []
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                for s in ss.spans:
-                    events = sorted((e.SerializeToString() for e in s.events))
-                    del s.events[:]
-                    out.append((rs.resource.SerializeToString(), ss.scope.SerializeToString(), s.SerializeToString(), events))
-        return out
-
-    assert canonical(fast) == canonical(standard) and len(canonical(fast)) == len(spans)
 
 
 SEEN_APP = r'''

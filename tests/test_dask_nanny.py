@@ -3,10 +3,10 @@
 
 Each app runs tasks pinned to one worker (each task opens a span and publishes an event), then at
 once has that worker retired, restarted, or pushed over its memory limit, and waits (bounded) until
-the old worker process is gone. Export intervals are ten minutes and the Dask span assembler does
-not run in the background, so the only way that process's spans, events and metric points reach
-the receiver is its flush on the way out: the tests fail if that exit path does not flush, or if
-it does not first drain the Dask spans still held for assembly.
+the old worker process is gone. Export intervals are ten minutes and Dask's records are not shipped
+in the background, so the only way that process's spans, events and metric points reach the
+receiver is its flush on the way out: the tests fail if that exit path does not flush, or if it
+does not first ship the records still held.
 The spans and events a process made carry its pid, so one that arrived came from it before it died.
 
 How the nanny takes a worker down (distributed 2026.8; distributed/nanny.py and worker_memory.py):
@@ -118,9 +118,9 @@ PENDING = r'''
 import wrapt
 
 def _pending(module):
-    module.INTERVAL = 600.0  # no assembly in the background: Dask spans wait for a drain (worker close, exit)
+    module.INTERVAL = 600.0  # no shipping in the background: Dask records wait for a drain (worker close, exit)
 
-wrapt.register_post_import_hook(_pending, "evlog.instrumentation.dask_spans")
+wrapt.register_post_import_hook(_pending, "evlog.records")
 '''
 
 

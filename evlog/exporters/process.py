@@ -34,12 +34,15 @@ MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped 
 
 def _builders():
     """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans."""
-    from evlog.instrumentation import dask_lives
+    from evlog.instrumentation import dask_executions, dask_lives
 
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
 
-    return {dask_lives.KIND: dask_transitions}
+    def dask_worker(meta, resource):
+        return dask_executions.Executions(resource)
+
+    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker}
 
 
 class _Client:

@@ -18,8 +18,8 @@ What it produces (names in docs/conventions.md, section Dask):
 Context travels client -> scheduler -> worker in the ``update-graph`` and ``compute-task`` messages
 and nowhere Dask or its users can see it (dask_context: no task annotation); scheduler and worker spans are
 children of the client's ``dask.compute`` span, and user spans inside a task are children of its
-``dask.execute`` span. Hot paths only append tuples; spans are built in batches by one background
-thread per process (dask_spans), whose OTLP encoding has a fast path.
+``dask.execute`` span. Hot paths only append tuples (evlog.records); the run's exporter process builds
+the spans (dask_lives, dask_executions) and exports them.
 """
 from __future__ import annotations
 
@@ -145,31 +145,11 @@ def _patches() -> list:
 def _drain_all() -> None:
     from evlog import records
 
-    from .dask_spans import assembler
-
-    assembler.run_once()
-    if dask_scheduler_live():
-        records.channel().ship()  # the scheduler's transitions reach the story ledger as they are shipped
-
-
-def dask_scheduler_live() -> bool:
-    from . import dask_scheduler
-
-    return bool(dask_scheduler._live)
-
-
-def _at_exit() -> None:
-    if DaskInstrumentor._active:
-        from .dask_spans import assembler
-
-        assembler.stop()
-
-
-_exit_hooked = False
+    records.flush()  # the scheduler's transitions reach the story ledger as they are shipped
 
 
 def _start_threads() -> None:
-    """evlog's long-lived threads in a Dask process (shipping, assembly, the SDK's batch and metric
+    """evlog's long-lived threads in a Dask process (records shipping, the SDK's batch and metric
     threads) start with the instrumentation, when ``distributed`` is imported, not at the first
     Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
     piece of its work left behind sees none of evlog's appear. The SDK is built here, in the importing
@@ -178,11 +158,8 @@ def _start_threads() -> None:
     from evlog import records
     from evlog.bootstrap import sdk
 
-    from .dask_spans import assembler
-
     try:
         records.channel().start()
-        assembler.start()
         for provider in sdk.providers():
             provider.real()
     except Exception as exc:
@@ -216,7 +193,6 @@ class DaskInstrumentor:
     _undo: list = []  # (owner, attribute, original)
 
     def instrument(self) -> None:
-        global _exit_hooked
         cls = DaskInstrumentor
         if cls._active:
             return
@@ -242,11 +218,6 @@ class DaskInstrumentor:
         events.add_flusher(_drain_all)
         _start_threads()
         _ignore_in_computation_code(True)
-        if not _exit_hooked:
-            from evlog.bootstrap import lifecycle
-
-            lifecycle.before_flush(_at_exit)
-            _exit_hooked = True
 
     def uninstrument(self) -> None:
         cls = DaskInstrumentor
@@ -261,7 +232,6 @@ class DaskInstrumentor:
         from evlog import records
 
         from . import dask_context, dask_scheduler, dask_worker
-        from .dask_spans import assembler, encoder_patch
 
         for rec in list(dask_scheduler._live):
             try:
@@ -278,5 +248,3 @@ class DaskInstrumentor:
             except Exception as exc:
                 _report.warn_once("dask-uninstrument", f"cannot detach from a Dask worker: {exc!r}")
         _workers.clear()
-        assembler.stop()
-        encoder_patch.uninstall()

@@ -3,12 +3,12 @@
 ``distributed.worker._run_task`` (what the executor thread runs for each task) is wrapped: while
 the task runs, the span context of its ``dask.execute {prefix}`` span (a new span id, child of the
 client call's span, whose context came with the task's compute-task message: dask_context) is the
-current context of that
-thread, so spans the user makes inside the task nest under it. After the task, one tuple is
-recorded; the assembler (dask_spans) builds the span later, with the task's other startstops
-(disk-read, disk-write) as span events, and records ``dask.task.duration``. The worker's event
-loop does no work for it. (Tasks run by a process-pool executor are not traced: they run in
-another process, without the task's key.)
+current context of that thread, so spans the user makes inside the task nest under it. After the
+task, one tuple is appended (evlog.records); the shipping thread turns it into a record of atoms (with
+the task's other startstops, disk-read, disk-write, as span events), records ``dask.task.duration``
+and feeds this process's consumers, and the run's exporter process builds the span
+(dask_executions). The worker's event loop does no work for it. (Tasks run by a process-pool
+executor are not traced: they run in another process, without the task's key.)
 
 ``Worker.gather_dep`` is wrapped the same way for ``dask.transfer`` spans, in the trace of the task
 that needed the data.
@@ -18,19 +18,20 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import deque
 from time import monotonic
 
 from opentelemetry import context as _ctx
-from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry import trace as _trace
+from opentelemetry.trace import NonRecordingSpan
 
-from evlog import _report
+from evlog import _report, records
 
 from . import dask_context as dc
+from . import dask_executions as dx
 from . import dask_spans as ds
 
-_attach, _detach, _Context = _ctx.attach, _ctx.detach, _ctx.Context
+_attach, _detach = _ctx.attach, _ctx.detach
+_in_context = _trace.set_span_in_context
 _time = time.time
 _current_thread = threading.current_thread
 _histogram: list = []  # the dask.task.duration instrument, made once per process
@@ -38,8 +39,12 @@ _transferred = [0]  # bytes received from other workers by this process's worker
 _parsed = ds._parsed  # traceparent -> parent SpanContext
 
 
+def _ids(sc) -> tuple | None:
+    return (sc.trace_id, sc.span_id, int(sc.trace_flags)) if sc is not None else None
+
+
 class WorkerRecorder:
-    """Records executions and transfers as tuples; the assembler builds their spans. Not a WorkerPlugin
+    """Records executions and transfers; the exporter process builds their spans. Not a WorkerPlugin
     (the worker's plugin list stays the user's): one per Worker, found through ``recorder_of``, set up
     when the worker registers with the scheduler (startup_information) and torn down when it closes."""
 
@@ -48,10 +53,9 @@ class WorkerRecorder:
         self.address = None
         self.carriers = dc.WorkerCarriers(worker)
         self.originals: dict = {}
-        self._log: deque = deque()
+        self._log = records.source(dx.KIND, convert=self._convert)
         self._append = self._log.append
         self._names: dict = {}
-        self._lock = threading.Lock()
 
     @property
     def worker(self):
@@ -65,10 +69,9 @@ class WorkerRecorder:
 
         roles.add("worker", worker=worker)
         _instruments()
-        ds.assembler.add(self)
 
     def teardown(self, worker):
-        ds.assembler.remove(self)
+        records.remove(self._log)
 
     # ---- in the thread that runs the task ----------------------------------------------------------
 
@@ -87,11 +90,11 @@ class WorkerRecorder:
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return ts, None, parent, None, 0
-            trace_id = parent[0]
+            trace_id = parent.trace_id
         else:
             trace_id = ds.trace_of_group(ts.span_id)
         sc = ds.context(trace_id, ds.new_span_id())
-        token = _attach(_Context({_SPAN_KEY: NonRecordingSpan(sc)}))  # what set_span_in_context makes
+        token = _attach(_in_context(NonRecordingSpan(sc)))
         ss = ts.startstops
         n0 = len(ss)
         if n0 and ss[-1].get("action") == "disk-read":
@@ -109,8 +112,8 @@ class WorkerRecorder:
                 err = ("rescheduled", "")  # the task asked to run elsewhere
             else:
                 err = (str(msg.get("exception_text") or "error"), str(msg.get("traceback_text") or ""))
-        self._append((0, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay, msg.get("thread"),
-                      _current_thread().name, err))
+        self._append((dx.EXECUTE, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay,
+                      msg.get("thread"), _current_thread().name, err))
 
     # ---- on the worker's event loop ---------------------------------------------------------------
 
@@ -130,92 +133,62 @@ class WorkerRecorder:
                     break
             if parent is not None:
                 break
-        self._append((1, source, list(keys), nbytes, parent, t0, t1, ok, type(ev).__name__))
+        self._append((dx.TRANSFER, source, tuple(keys), nbytes, parent, t0, t1, ok, type(ev).__name__))
 
-    # ---- the assembler's side --------------------------------------------------------------------
+    # ---- in the shipping thread (evlog.records) ----------------------------------------------------
 
-    def drain(self, final: bool = False) -> list:
-        with self._lock:
-            log = self._log
-            pop = log.popleft
-            out = []
-            res = ds.resource()
-            pause = ds.pacer()
-            for i in range(len(log)):
-                if not i & 7:
-                    pause()
-                item = pop()
-                try:
-                    span = self._execution(item, res) if item[0] == 0 else self._transfer(item, res)
-                except Exception as exc:
-                    _report.warn_once("dask-execute-span", f"a Dask execution span could not be built: {exc!r}")
+    def _convert(self, items: list) -> list:
+        """What the hot paths appended -> records of atoms for the exporter process; on the way, the
+        ``dask.task.duration`` histogram and this process's consumers (which see the same spans)."""
+        out = []
+        address = self.address
+        worker = self._worker()
+        delay = worker.scheduler_delay if worker is not None else 0.0
+        record = _histogram[0].record if _histogram else None
+        for item in items:
+            if item[0] == dx.EXECUTE:
+                _, key, ts, sc, parent, n0, start, stop, thread, thread_name, err = item
+                prefix = ts.prefix
+                if record is not None:
+                    record(max(0.0, stop - start), {"dask.task.prefix": prefix})
+                if sc is None:
+                    continue  # not sampled
+                extra = []
+                for ss in ts.startstops[n0:]:
+                    action = ss.get("action")
+                    if action == "compute":
+                        continue
+                    s0, s1 = ss["start"], ss["stop"]
+                    if action == "transfer":
+                        s0, s1 = s0 - delay, s1 - delay
+                    src = ss.get("source")
+                    extra.append((str(action), float(s0), float(s1), str(src) if src else None))
+                out.append((dx.EXECUTE, key, prefix, sc.trace_id, sc.span_id, _ids(parent), start, stop,
+                            thread, thread_name, err, tuple(extra), address))
+            else:
+                _, source, keys, nbytes, parent, t0, t1, ok, outcome = item
+                if parent is not None and not parent.trace_flags.sampled:
                     continue
-                if span is not None:
-                    out.append(span)
-            return out
+                out.append((dx.TRANSFER, str(source), tuple([k if type(k) is str else str(k) for k in keys]),
+                            int(nbytes), _ids(parent), t0, t1, ok, outcome, address))
+        _feed_consumers(out, self._names)
+        return out
 
-    def _execution(self, item, res):
-        _, key, ts, sc, parent, n0, start, stop, thread, thread_name, err = item
-        prefix = ts.prefix
-        _histogram[0].record(max(0.0, stop - start), {"dask.task.prefix": prefix})
-        if sc is None:
-            return None  # not sampled
-        name = self._names.get(prefix)
-        if name is None:
-            if len(self._names) > 4096:
-                self._names.clear()
-            name = self._names[prefix] = f"dask.execute {prefix}"
-        attrs = {
-            "dask.task.key": key if type(key) is str else str(key),
-            "dask.task.prefix": prefix,
-            "dask.worker.address": self.address,
-        }
-        if thread is not None:
-            attrs["thread.id"] = thread
-            attrs["thread.name"] = thread_name
-        extra = []
-        lo, hi = start, stop
-        startstops = ts.startstops
-        if len(startstops) > n0:
-            worker = self._worker()
-            delay = worker.scheduler_delay if worker is not None else 0.0
-            for ss in startstops[n0:]:
-                action = ss.get("action")
-                if action == "compute":
-                    continue
-                s0, s1 = ss["start"], ss["stop"]
-                if action == "transfer":
-                    s0, s1 = s0 - delay, s1 - delay
-                lo, hi = min(lo, s0), max(hi, s1)
-                ev = {"dask.startstop.duration": float(s1 - s0)}
-                if ss.get("source"):
-                    ev["dask.transfer.source"] = str(ss["source"])
-                extra.append((str(action), int(s0 * 1e9), ev))
-        status = ds.UNSET
-        if err is not None:
-            text, tb = err
-            status = Status(StatusCode.ERROR, text)
-            ev = {"exception.message": text}
-            if tb:
-                ev["exception.stacktrace"] = tb
-            extra.append(("exception", int(stop * 1e9), ev))
-        return ds.FinishedSpan(name, sc, parent, res, attrs, SpanKind.CONSUMER, status,
-                               int(lo * 1e9), int(hi * 1e9), (), extra or ())  # no empty list kept
 
-    def _transfer(self, item, res):
-        _, source, keys, nbytes, parent, t0, t1, ok, outcome = item
-        if parent is not None and not parent.trace_flags.sampled:
-            return None
-        trace_id = parent.trace_id if parent is not None else ds.new_trace_id()
-        attrs = {
-            "dask.transfer.source": str(source),
-            "dask.transfer.bytes": int(nbytes),
-            "dask.task.key": str(keys[0]) if keys else "",
-            "dask.worker.address": self.address,
-        }
-        status = ds.UNSET if ok else Status(StatusCode.ERROR, outcome)
-        return ds.FinishedSpan("dask.transfer", ds.context(trace_id, ds.new_span_id()), parent, res, attrs,
-                               SpanKind.CLIENT, status, int(t0 * 1e9), int(t1 * 1e9))
+def _feed_consumers(recs: list, names: dict) -> None:
+    """This process's consumers (the default log, set_log_sink's logs) see the spans the exporter
+    process will build from ``recs``, as finished spans."""
+    from evlog.processors.registry import registry
+
+    procs = registry.span_processors()
+    if not procs or not recs:
+        return
+    res = ds.resource()
+    for rec in recs:
+        span = dx.execute_span(rec, res, names) if rec[0] == dx.EXECUTE else dx.transfer_span(rec, res)
+        for p in procs:
+            p.on_end(span)
+
 
 def _instruments() -> None:
     """dask.task.duration and dask.transfer.bytes, once per process."""

@@ -20,20 +20,30 @@ class Registry:
         self.builtin = None  # the EVLOG_CONSUMERS log (evlog.processors.install_default)
 
     def drain(self) -> None:
-        """Have spans that are assembled after the fact delivered now (the Dask instrumentation builds
-        its spans in batches on a background thread), so a fetch includes everything until now."""
-        mod = sys.modules.get("evlog.instrumentation.dask_spans")
-        assembler = getattr(mod, "assembler", None) if mod is not None else None
-        if assembler is not None:
+        """Have spans that are built after the fact delivered now (Dask workers' executions reach the
+        consumers when their records are shipped, every half second), so a fetch includes everything
+        until now."""
+        mod = sys.modules.get("evlog.records")
+        if mod is not None:
             try:
-                assembler.run_once()
+                mod.flush()
             except Exception as exc:
-                _report.warn_once("drain-dask", f"Dask spans could not be delivered before a fetch: {exc!r}")
+                _report.warn_once("drain-records", f"recorded spans could not be delivered before a fetch: {exc!r}")
         for d in list(self.dispatch.values()):
             try:
                 d.flush()
             except Exception as exc:
                 _report.warn_once("drain-flush", f"waiting span events could not be given to the logs: {exc!r}")
+
+    def span_processors(self) -> list:
+        """The installed logs' span processors, for spans recorded here and built out of process: they
+        reach the consumers directly, not through the tracer provider (whose exporters must not send
+        them a second time)."""
+        procs = list(self.dispatch.values())
+        b = self.builtin
+        if b is not None and hasattr(b, "on_end") and not any(b is p for p in procs):
+            procs.append(b)
+        return procs
 
     def reset(self) -> None:
         """Forget every installed log (tests). Processors stay on their providers but get nothing."""
