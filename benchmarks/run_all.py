@@ -31,7 +31,6 @@ GOALS = {  # what each benchmark is held to (from the issues)
     "consumers": "the default consumer set adds at most 2 us per span",
     "console": "at least 0.8 of plain throughput printing 200,000 lines",
     "serve": "at least 20,000 spans/s stored by evlog serve",
-    "otlp_encode": "none of its own: the export path's CPU per span, part of dask_overhead and pools",
 }
 
 

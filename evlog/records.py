@@ -29,7 +29,7 @@ FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps h
 SEND_SLICE = 0.2  # seconds a shipment waits for room in the socket; what does not fit waits for the next
 EXIT_WAIT = 5.0  # seconds exit waits for the exporter process to take what is still unsent
 MAX_UNSENT = 256 << 20  # bytes held for a slow exporter process before the oldest frames are dropped (counted)
-_HEADER = struct.Struct("<I")
+_HEADER = struct.Struct("<II")  # frame bytes, records in it
 
 
 class _Source:
@@ -149,8 +149,8 @@ class Channel:
         head = self._hello()
         for kind, meta, items in frames:
             data = marshal.dumps((head, kind, meta, items))
-            self._unsent.append([_HEADER.pack(len(data)) + data, len(items), 0, head is not None])
-            self._unsent_bytes += len(data) + 4
+            self._unsent.append([_HEADER.pack(len(data), len(items)) + data, len(items), 0, head is not None])
+            self._unsent_bytes += len(data) + _HEADER.size
             head = None
         unsent = self._unsent
         # never one begun (the stream would be torn), nor one with a hello (what follows needs it)

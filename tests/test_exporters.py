@@ -80,3 +80,28 @@ def test_unwritable_run_folder_gets_one_warning_and_the_program_carries_on(tmp_p
     assert "Traceback" not in err, err
     assert err.count("cannot create the run folder") + err.count("cannot write to the run folder") == 1, err
     assert "dropped" in err, err
+
+
+def test_run_folder_span_lines_are_the_full_encoders_json_byte_for_byte():
+    """otlp_json.encode_spans_text (the run folder's shortcut for plain spans) against encode_spans."""
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+    from evlog.exporters import otlp_json
+
+    res, scope = Resource({"service.name": "t", "n": 1}), InstrumentationScope("evlog.futures", "1")
+    shared = {"code.function.name": "m.f", "evlog.pool.kind": "process"}
+    spans = []
+    for i in range(40):
+        ctx = SpanContext(i + 1, i + 2, False, TraceFlags(1), TraceState([("k", "v")]) if i % 9 == 0 else None)
+        spans.append(ReadableSpan(
+            f"futures.task f{i % 3}", ctx, SpanContext(7, 8, True, TraceFlags(1)) if i % 2 else None, res,
+            shared if i % 4 else {**shared, "user": i, "list": [1, 2], "é": "✓"},
+            events=[Event("e", {"n": i}, 5)] if i % 5 == 0 else (), kind=list(SpanKind)[i % 5],
+            status=Status(StatusCode.ERROR, "bad") if i % 6 == 0 else Status(StatusCode.UNSET),
+            start_time=10 ** 18 + i, end_time=10 ** 18 + i + 5, instrumentation_scope=scope))
+    line = otlp_json.encode_spans_text(spans)
+    assert line == otlp_json.dumps(otlp_json.encode_spans(spans))  # key order and whitespace included
+    assert len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]) == 40

@@ -332,4 +332,7 @@ def test_a_million_task_spans_with_bounded_memory_in_every_process(tmp_path):
     assert arrived + dropped >= made, f"{made - arrived - dropped:,} spans lost without being counted"
     # drops are counted without a lock, so the figure may run a little over (never under)
     assert arrived + dropped <= made * 1.01, (arrived, dropped)
-    assert arrived >= made // 2, f"only {arrived:,} of {made:,} spans were exported ({dropped:,} dropped)"
+    # The program makes its million spans in about 10 s on 2 busy cores; the exporter process (niced, so
+    # the program keeps its cores) builds and writes about 7 us of CPU per span, mostly in its 5 s at exit:
+    # about half arrive, the rest is counted above (BENCHMARKS.md, "exporter process").
+    assert arrived >= made // 3, f"only {arrived:,} of {made:,} spans were exported ({dropped:,} dropped)"

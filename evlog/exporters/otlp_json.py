@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.trace import DEFAULT_TRACE_STATE, StatusCode
+from opentelemetry.trace import StatusCode
 
 _UNSET = StatusCode.UNSET
 
@@ -140,14 +140,13 @@ def encode_spans(spans: Sequence) -> dict:
 
 
 # ---- traces as text: the run folder's line ------------------------------------------------------
-# dumps(encode_spans(spans)) written with less work for the common span: an SDK span (ReadableSpan,
-# or a type added to FAST_TYPES: evlog's task spans) with no events, links, status, trace state or
-# dropped attributes. Its name, kind and attributes (shared by all the tasks of one function) are
-# formatted once; the ids and times go into one f-string. Any other span is dumps(span(s)).
+# dumps(encode_spans(spans)) written with less work for the common span (no events, links, status or
+# trace state; a pool task span, a transfer): its name, kind and attributes (the same for all the tasks
+# of one function) are formatted once; the ids and times go into one f-string. Any other span is
+# dumps(span(s)). Public ReadableSpan properties only.
 
-FAST_TYPES: set = set()
 _text_cache: dict = {}  # id(resource or scope) -> (the object, its JSON text)
-_const_cache: dict = {}  # (name, kind, id(attributes)) -> (attributes, ('"name":..,"kind":..', '"attributes":[..]'))
+_const_cache: dict = {}  # (name, kind, attribute items) -> ('"name":..,"kind":..', '"attributes":[..]')
 
 
 def memo(cache: dict, key, obj, make, arg, limit: int = 4096):
@@ -162,15 +161,19 @@ def memo(cache: dict, key, obj, make, arg, limit: int = 4096):
     return value
 
 
-def _make_const(s) -> tuple:
-    return f'"name":{dumps(s._name)},"kind":{s._kind.value + 1}', f'"attributes":{dumps(attributes(s._attributes))}'
-
-
-def _span_const(s) -> tuple:
-    attrs = s._attributes
-    if type(attrs) is dict:  # a task span's attributes, shared and read-only until written
-        return memo(_const_cache, (s._name, s._kind, id(attrs)), attrs, _make_const, s)
-    return _make_const(s)
+def _span_const(name, kind, attrs) -> tuple:
+    try:
+        key = (name, kind, tuple(attrs.items()))
+        hit = _const_cache.get(key)
+    except TypeError:  # an unhashable (list) attribute value
+        key, hit = None, None
+    if hit is None:
+        hit = (f'"name":{dumps(name)},"kind":{kind.value + 1}', f'"attributes":{dumps(attributes(attrs))}')
+        if key is not None:
+            if len(_const_cache) > 4096:
+                _const_cache.clear()
+            _const_cache[key] = hit
+    return hit
 
 
 def _resource_text(res) -> str:
@@ -183,17 +186,17 @@ def _scope_text(scope) -> str:
 
 def span_text(s) -> str:
     """dumps(span(s))."""
-    ctx = s._context
-    state = ctx[4]
-    if (type(s) not in FAST_TYPES or s._events or s._links or s._status.status_code is not _UNSET
-            or (state is not DEFAULT_TRACE_STATE and state)
-            or (type(s._attributes) is not dict and getattr(s._attributes, "dropped", 0))):
+    ctx = s.context
+    if s.events or s.links or s.status.status_code is not _UNSET or ctx.trace_state or getattr(s, "dropped_attributes", 0):
         return dumps(span(s))
-    parent = s._parent
-    head, attrs = _span_const(s)
-    tail = f',"parentSpanId":"{parent[1]:016x}"}}' if parent is not None else "}"
-    return (f'{{"traceId":"{ctx[0]:032x}","spanId":"{ctx[1]:016x}",{head},"startTimeUnixNano":"{s._start_time or 0}",'
-            f'"endTimeUnixNano":"{s._end_time or 0}",{attrs}{tail}')
+    attrs = s.attributes
+    if len(attrs) > 4:  # a span of its own (a Dask task's key...): nothing to share with others
+        return dumps(span(s))
+    parent = s.parent
+    head, attr_text = _span_const(s.name, s.kind, attrs)
+    tail = f',"parentSpanId":"{parent.span_id:016x}"}}' if parent is not None else "}"
+    return (f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",{head},'
+            f'"startTimeUnixNano":"{s.start_time or 0}","endTimeUnixNano":"{s.end_time or 0}",{attr_text}{tail}')
 
 
 def encode_spans_text(spans: Sequence) -> str:

@@ -34,7 +34,7 @@ MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped 
 
 def _builders():
     """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans."""
-    from evlog.instrumentation import dask_executions, dask_lives
+    from evlog.instrumentation import dask_executions, dask_lives, pool_spans
 
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
@@ -42,7 +42,10 @@ def _builders():
     def dask_worker(meta, resource):
         return dask_executions.Executions(resource)
 
-    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker}
+    def pools(meta, resource):
+        return pool_spans.PoolSpans(resource)
+
+    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools}
 
 
 class _Client:
@@ -69,6 +72,7 @@ class _Sink:
         self.exporter = None
         self.pending: deque = deque()
         self.retry: list | None = None  # the batch that failed last, tried first
+        self.inflight = 0  # spans of the batch being exported now
         self.failing = False
         self.pause_until = 0.0
 
@@ -95,20 +99,23 @@ class _Sink:
             if now < self.pause_until or (stop_at is not None and now >= stop_at):
                 return
             batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
+            self.retry, self.inflight = None, len(batch)
             try:
                 ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
             except Exception as exc:
                 _report.warn_once("export-traces", f"exporting spans failed: {exc}")
                 ok = False
+            finally:
+                self.inflight = 0
             if ok:
                 stats.incr("traces.exported", len(batch))
-                self.retry, self.failing = None, False
+                self.failing = False
             else:
                 self.retry, self.failing = batch, True
                 self.pause_until = time.monotonic() + 1.0
 
     def held(self) -> int:
-        return len(self.pending) + len(self.retry or ())
+        return len(self.pending) + len(self.retry or ()) + self.inflight
 
 
 class Pipeline:
@@ -157,6 +164,10 @@ class Pipeline:
 
     def failing(self) -> bool:
         return any(s.failing for s in self.sinks or ())
+
+    def behind(self) -> int:
+        """Spans waiting for the slowest exporter."""
+        return max((s.held() for s in self.sinks or ()), default=0)
 
     def _loop(self) -> None:
         while not self._stop:
@@ -216,8 +227,106 @@ def _same_user(sock) -> bool:
     return uid == os.getuid()
 
 
+class Builder:
+    """The builder thread: backlog entries -> spans -> the pipeline, in arrival order. It takes the next
+    frame only while the exporters keep up (BEHIND spans waiting at most), so a slow or absent collector
+    makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
+
+    BEHIND = 16384
+
+    def __init__(self, backlog, pipeline, clients: dict):
+        import threading
+
+        self.backlog = backlog
+        self.pipeline = pipeline
+        self.clients = clients  # client id -> _Client (made by the reader)
+        self.kinds = _builders()
+        self.stop_at = None  # monotonic deadline once the process is closing
+        self.input_done = False
+        self.thread = threading.Thread(target=self._loop, name="evlog-build", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        import time
+
+        last_tick = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if self.stop_at is not None and now >= self.stop_at:
+                return
+            if now - last_tick >= 0.5:
+                self.tick()
+                last_tick = now
+            if self.stop_at is None and self.pipeline.behind() > self.BEHIND:
+                time.sleep(0.05)
+                continue
+            entry = self.backlog.get(0.25)
+            if entry is None:
+                if self.input_done and not self.backlog.held():
+                    return
+                continue
+            client_id, records, data = entry
+            client = self.clients.get(client_id)
+            if client is None:
+                continue
+            if data is None:
+                self._finish(client_id, client)
+            else:
+                self._frame(client, data)
+
+    def _frame(self, client: _Client, data: bytes) -> None:
+        import marshal
+        import time
+
+        from evlog import _report, stats
+
+        try:
+            hello, kind, meta, records = marshal.loads(data)
+        except Exception as exc:
+            _report.warn_once("exporter-frame", f"the exporter process got a frame it cannot read: {exc!r}")
+            stats.incr("dropped.bad_frames")
+            return
+        if hello is not None:
+            from opentelemetry.sdk.resources import Resource
+
+            client.resource = Resource(hello.get("resource") or {})
+            if self.pipeline.sinks is None:
+                self.pipeline.configure(hello.get("env") or {})
+        b = client.builders.get(kind)
+        if b is None:
+            make = self.kinds.get(kind.partition("#")[0])  # "<kind>#<source number>"
+            if make is None:
+                _report.warn_once(f"exporter-kind-{kind}", f"the exporter process has no builder for {kind!r} records")
+                stats.incr("dropped.unknown_kind", len(records))
+                return
+            b = client.builders[kind] = make(meta, client.get_resource)
+        try:
+            self.pipeline.add(b.feed(records, time.monotonic()))
+        except Exception as exc:
+            _report.warn_once(f"exporter-build-{kind}", f"spans of {kind} records could not be built: {exc!r}")
+
+    def _finish(self, client_id: int, client: _Client) -> None:
+        import time
+
+        self.clients.pop(client_id, None)
+        for b in client.builders.values():
+            self.pipeline.add(b.feed((), time.monotonic(), True))
+
+    def tick(self, final: bool = False) -> None:
+        import time
+
+        from evlog import _report
+
+        now = time.monotonic()
+        for client in list(self.clients.values()):
+            for b in list(client.builders.values()):
+                try:
+                    self.pipeline.add(b.feed((), now, final))
+                except Exception as exc:
+                    _report.warn_once("exporter-tick", f"spans could not be built: {exc!r}")
+
+
 def main() -> None:
-    import marshal
     import selectors
     import signal
     import socket
@@ -234,81 +343,48 @@ def main() -> None:
     from evlog import _report, stats
     from evlog.bootstrap import sdk
 
+    from .backlog import Backlog
+
     sdk.route_sdk_logging()
     try:
         os.nice(NICE)
     except OSError:
         pass
-    header = struct.Struct("<I")
-    builders = _builders()
+    header = struct.Struct("<II")  # evlog.records: frame bytes, records in it
+    run_dir = os.environ.get("EVLOG_RUN_DIR")
+    backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
     pipeline = Pipeline()
+    clients: dict = {}  # client id -> _Client
+    builder = Builder(backlog, pipeline, clients)
     listener = socket.socket(fileno=LISTEN_FD)
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
     sel.register(CONTROL_FD, selectors.EVENT_READ, "control")
-    clients: dict = {}
+    conns: dict = {}  # socket -> [client id, unread bytes]
     closing_at = None
 
-    def frames(client: _Client) -> None:
-        buf = client.buf
+    def split(conn: list) -> None:
+        buf = conn[1]
         pos = 0
-        while len(buf) - pos >= 4:
-            (n,) = header.unpack_from(buf, pos)
-            if len(buf) - pos - 4 < n:
+        while len(buf) - pos >= header.size:
+            n, count = header.unpack_from(buf, pos)
+            if len(buf) - pos - header.size < n:
                 break
-            try:
-                hello, kind, meta, records = marshal.loads(bytes(buf[pos + 4:pos + 4 + n]))
-            except Exception as exc:
-                _report.warn_once("exporter-frame", f"the exporter process got a frame it cannot read: {exc!r}")
-                stats.incr("dropped.bad_frames")
-                pos += 4 + n
-                continue
-            pos += 4 + n
-            if hello is not None:
-                _hello(client, hello)
-            b = client.builders.get(kind)
-            if b is None:
-                make = builders.get(kind.partition("#")[0])  # "<kind>#<source number>"
-                if make is None:
-                    _report.warn_once(f"exporter-kind-{kind}", f"the exporter process has no builder for {kind!r} records")
-                    stats.incr("dropped.unknown_kind", len(records))
-                    continue
-                b = client.builders[kind] = make(meta, client.get_resource)
-            try:
-                pipeline.add(b.feed(records, time.monotonic()))
-            except Exception as exc:
-                _report.warn_once(f"exporter-build-{kind}", f"spans of {kind} records could not be built: {exc!r}")
+            backlog.put(conn[0], count, bytes(buf[pos + header.size:pos + header.size + n]))
+            pos += header.size + n
         del buf[:pos]
 
-    def _hello(client: _Client, hello: dict) -> None:
-        from opentelemetry.sdk.resources import Resource
-
-        client.resource = Resource(hello.get("resource") or {})
-        if pipeline.sinks is None:
-            pipeline.configure(hello.get("env") or {})
-
-    def tick(final: bool = False) -> None:
-        now = time.monotonic()
-        for client in list(clients.values()):
-            for b in client.builders.values():
-                try:
-                    pipeline.add(b.feed((), now, final))
-                except Exception as exc:
-                    _report.warn_once("exporter-tick", f"spans could not be built: {exc!r}")
-
     def drop(sock) -> None:
-        client = clients.pop(sock, None)
+        conn = conns.pop(sock, None)
         sel.unregister(sock)
         sock.close()
-        if client is not None:
-            for b in client.builders.values():
-                pipeline.add(b.feed((), time.monotonic(), True))
+        if conn is not None:
+            backlog.end(conn[0])
 
-    last_tick = time.monotonic()
+    next_id = 0
     while True:
-        timeout = 0.25
-        for key, _mask in sel.select(timeout):
+        for key, _mask in sel.select(0.25):
             if key.data == "control":
                 try:
                     data = os.read(CONTROL_FD, 4096)
@@ -326,7 +402,9 @@ def main() -> None:
                     sock.close()
                     continue
                 sock.setblocking(False)
-                clients[sock] = _Client(sock)
+                next_id += 1
+                clients[next_id] = _Client(sock)
+                conns[sock] = [next_id, bytearray()]
                 sel.register(sock, selectors.EVENT_READ, "client")
             else:
                 sock = key.fileobj
@@ -339,24 +417,59 @@ def main() -> None:
                 if not data:
                     drop(sock)
                     continue
-                client = clients[sock]
-                client.buf += data
-                frames(client)
+                conn = conns[sock]
+                conn[1] += data
+                split(conn)
         now = time.monotonic()
         if terminated and closing_at is None:
             closing_at = now
-        if now - last_tick >= 0.5:
-            tick()
-            last_tick = now
-        if closing_at is not None and (not clients or now - closing_at > LINGER):
+        if closing_at is not None and (not conns or now - closing_at > LINGER):
             break
-    for sock in list(clients):
+    for sock in list(conns):
         drop(sock)
-    tick(final=True)
-    pipeline.finish(EXIT_TIMEOUT)
+    # Build what is held for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails), then export.
+    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() else EXIT_TIMEOUT)
+    builder.input_done = True
+    builder.stop_at = deadline
+    while builder.thread.is_alive() and time.monotonic() < deadline:
+        builder.thread.join(0.05)
+        if pipeline.failing():
+            deadline = min(deadline, time.monotonic() + FAILING_WAIT)
+            builder.stop_at = deadline
+    builder.thread.join(0.5)
+    left = backlog.held()
+    if left:
+        stats.incr("dropped.at_exit", left)
+        _report.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit time "
+                          "limit; they are dropped and counted")
+    if backlog.dropped:
+        stats.incr("dropped.spool_full", backlog.dropped)
+    backlog.close()
+    builder.tick(final=True)
+    pipeline.finish(max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)
+
+
+def _spool_limit() -> int:
+    """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes)."""
+    from .backlog import SPOOL
+
+    raw = (os.environ.get("EVLOG_SPOOL_LIMIT") or "").strip()
+    if not raw:
+        return SPOOL
+    try:
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(raw[-1].upper(), 1)
+        value = int(float(raw[:-1] if mult != 1 else raw) * mult)
+        if value < 0:
+            raise ValueError
+        return value
+    except ValueError:
+        from evlog import _report
+
+        _report.warn_once("spool-limit", f"EVLOG_SPOOL_LIMIT={raw!r} is not a size (like 512M or 2G); using 1G")
+        return SPOOL
 
 
 if __name__ == "__main__":

@@ -75,22 +75,14 @@ class RunFolderWriter:
 
 
 def span_exporter(run_dir: str):
-    from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-
-    otlp_json.FAST_TYPES.add(ReadableSpan)
 
     class RunFolderSpanExporter(SpanExporter):
         def __init__(self):
             self.writer = RunFolderWriter(run_dir, "traces")
 
         def export(self, spans):
-            try:
-                text = otlp_json.encode_spans_text(spans)
-            except Exception as exc:  # evlog's short path failed: the full encoder, as before
-                _report.warn_once("runfolder-text", f"fast span encoding failed, using the full encoder: {exc!r}")
-                text = _dumps(otlp_json.encode_spans(spans))
-            ok = self.writer.write_text(text)
+            ok = self.writer.write_text(otlp_json.encode_spans_text(spans))
             return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
 
         def shutdown(self):

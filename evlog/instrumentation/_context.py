@@ -18,9 +18,9 @@ submission) runs under ``runner``, the stand-in for the pool's chunk function: o
 ``futures.chunk {function}`` or ``multiprocessing.chunk {function}`` with ``evlog.pool.calls``, and
 the user's function called item by item without a span of its own.
 
-The span is an SDK span made the cheap way (``_taskspan``), started and ended around the call in the
-thread that runs it (so span processors see both moments), ended before the result goes back, then
-exported in batches by that process's batch processor. A task still running when its process is told
+The span is a recorded one (``_taskspan``), started and ended around the call in the thread that runs
+it (so the process's consumers see both moments), ended before the result goes back; the run's exporter
+process builds and exports it. A task still running when its process is told
 to exit (SIGTERM from ``Pool.terminate()``, ``os._exit``) has its span ended with ERROR before the exit
 flush.
 """
@@ -58,7 +58,7 @@ MACHINERY = ("concurrent.futures.", "multiprocessing.", "distributed.", "tornado
              "evlog.")
 _SUPPRESS = _ctx._SUPPRESS_INSTRUMENTATION_KEY
 _BAGGAGE = _baggage._BAGGAGE_KEY
-_SPAN = _taskspan._SPAN_KEY
+_SPAN = trace.propagation._SPAN_KEY
 _NOT_YET = object()
 _EMPTY = _ctx.Context()
 _last: tuple = (None, None)  # the last portable tuple restored, and its Context
@@ -360,11 +360,11 @@ def _fail(span, exc: BaseException) -> None:
 
 
 def _starter(kind: str):
-    """How this process starts spans of this kind: the short path when the SDK is set up."""
-    tracer = trace.get_tracer(KINDS[kind][1])
+    """How this process starts spans of this kind: as records when the tracer provider is evlog's."""
+    scope = KINDS[kind][1]
+    tracer = trace.get_tracer(scope)
     if _taskspan.usable(tracer):
-        start = functools.partial(_taskspan.start, tracer)
-        _taskspan.encoder_patch.install_on_import()
+        start = functools.partial(_taskspan.start, scope)
     else:
         def start(name, attrs, parent):
             return tracer.start_span(name, parent, kind=trace.SpanKind.CONSUMER, attributes=attrs)

@@ -1,228 +1,232 @@
-"""Starting a task's span for a fraction of what ``Tracer.start_span`` costs, with the same result.
+"""A pool task's span: an OpenTelemetry API span that becomes a record, built into an SDK span elsewhere.
 
-A pool task of a trivial function costs a few microseconds of Python. ``Tracer.start_span`` and
-``end`` cost about 24 µs of CPU on the project's machine (validated attribute dictionaries, bounded
-lists and their locks, the sampler's general path, a ReadableSpan copy at the end); this path costs
-about 3.5 µs. ``start()`` does what ``Tracer.start_span`` does (the provider's sampler, id generator,
-resource, scope, limits and span processors, ``on_start`` in the running thread) but makes a
-``TaskSpan``: an SDK ``Span`` whose attribute, event and link containers are created only when
-something writes to them, and which hands itself to ``on_end`` instead of a copy. The default sampler
-(parent-based, always on) is decided inline, and the SDK's random id generator's ids are drawn
-inline; any other sampler or generator is asked as usual. With the SDK's synchronous multi-processor,
-the span processors' hooks are called directly, less those whose body is ``pass``.
+A pool task of a trivial function costs a few microseconds of Python, so its span must cost less than
+``Tracer.start_span`` and the batch processor's queue, encoder and export in the task's own process.
+``start()`` decides the span's ids and sampling as the SDK would (the run's sampler, random ids) and
+returns a ``TaskSpan``: an implementation of the API's ``Span`` (the public extension point), current
+while the task runs, so the user's spans nest under it and what the user writes on it (attributes,
+events, status, an exception) is kept. ``end()`` appends one tuple of atoms to this process's records
+(evlog.records); the run's exporter process turns it into an SDK ``ReadableSpan`` (pool_spans) and
+exports it with the run's exporters. This process's consumers (evlog.processors) see the span start and
+end in the thread that runs the task, as span processors see an SDK span.
 
-Anything that is not the SDK's own tracer (no SDK set up, a vendor's provider) gets the ordinary
-``tracer.start_span``.
+Used only when the tracer provider is evlog's (``usable``); under any other provider a task gets an
+ordinary ``tracer.start_span`` span.
 """
 from __future__ import annotations
 
-import logging
+import os
 import random
 import threading
+import traceback
 from time import time_ns as _time_ns
 
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk import trace as sdk_trace
-from opentelemetry.sdk.trace import SynchronousMultiSpanProcessor, sampling
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.trace import DEFAULT_TRACE_STATE, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from evlog.exporters import fast_otlp, otlp_json
+from evlog import _report, records
 
-_logger = logging.getLogger("opentelemetry.sdk.trace")
-_Lock = threading.Lock
-_CONSUMER = SpanKind.CONSUMER  # run apart from its submitter, as dask.execute
-_UNSET = sdk_trace.Status(sdk_trace.StatusCode.UNSET)
-_FLAGS = tuple(TraceFlags(i) for i in range(4))  # [sampled (1) | random trace id (2)]
-_new = object.__new__
-_tuple_new = tuple.__new__
+from . import pool_spans
+
 _getrandbits = random.getrandbits
-_STATIC_ON = (sampling.DEFAULT_ON, sampling.ALWAYS_ON)
-
-
-class TaskSpan(sdk_trace.Span):
-    """An SDK span with lazily made containers; behaves as ``Span`` for processors, exporters and users."""
-
-    # What Span.__init__ sets to the same value for every task span: class defaults, replaced on write.
-    _kind = _CONSUMER
-    _instrumentation_info = None
-    _events = ()  # made a BoundedList by the first event
-    _links = ()
-    _status = _UNSET
-    _start_time = None
-    _end_time = None
-    _sampler = None
-    _trace_config = None
-    _record_exception = True
-    _set_status_on_exception = True
-    _record_end_metrics = None
-
-    # Instances are made by start() with object.__new__ and plain stores: Span.__new__ and __init__
-    # would cost more than all the rest of a task span.
-
-    def _own_attributes(self) -> None:
-        if type(self._attributes) is dict:
-            lim = self._limits
-            self._attributes = BoundedAttributes(
-                lim.max_span_attributes, self._attributes, immutable=False, max_value_len=lim.max_span_attribute_length
-            )
-
-    def set_attributes(self, attributes) -> None:
-        self._own_attributes()
-        super().set_attributes(attributes)
-
-    def set_attribute(self, key: str, value) -> None:
-        self._own_attributes()
-        super().set_attribute(key, value)
-
-    def _add_event(self, event) -> None:
-        if type(self._events) is tuple:
-            self._events = self._new_events()
-        super()._add_event(event)
-
-    def _add_link(self, link) -> None:
-        if type(self._links) is tuple:
-            self._links = self._new_links(())
-        super()._add_link(link)
-
-    _hooks = None  # the processors' hooks, as start() found them (None: through _span_processor)
-
-    def end(self, end_time: int | None = None) -> None:
-        with self._lock:
-            if self._end_time is not None:
-                _logger.warning("Calling end() on an ended span.")
-                return
-            self._end_time = end_time if end_time is not None else _time_ns()
-        if type(self._attributes) is not dict:
-            self._attributes._immutable = True
-        hooks = self._hooks
-        if hooks is None:
-            proc = self._span_processor
-            proc._on_ending(self)
-            proc.on_end(self)  # ended spans refuse every write, so no copy is needed
-            return
-        for hook in hooks[2]:
-            hook(self)
-        for hook in hooks[3]:
-            hook(self)
-
-
-def _noop_body(self, span=None, parent_context=None):
-    pass
-
-
-_NOOP = _noop_body.__code__.co_code
-
-
-def _does_something(cls, name: str) -> bool:
-    """Is ``cls.name`` anything but a function whose body is ``pass`` (SpanProcessor's and the batch
-    processor's on_start and _on_ending)?"""
-    code = getattr(getattr(cls, name, None), "__code__", None)
-    return code is None or code.co_code != _NOOP
-
-
-_hooks_cache: dict = {}  # id(processors tuple) -> (tuple, on_start, _on_ending, on_end hooks)
-
-
-def _processor_hooks(proc):
-    """What SynchronousMultiSpanProcessor would call, as bound methods, less the hooks that do
-    nothing: one loop per event instead of a call per processor through the multi-processor.
-    None for any other kind of span processor. Follows add_span_processor (a new tuple)."""
-    if type(proc) is not SynchronousMultiSpanProcessor:
-        return None
-    procs = proc._span_processors
-    hit = _hooks_cache.get(id(procs))
-    if hit is not None and hit[0] is procs:
-        return hit
-    hit = (procs,
-           tuple(p.on_start for p in procs if _does_something(type(p), "on_start")),
-           tuple(p._on_ending for p in procs if _does_something(type(p), "_on_ending")),
-           tuple(p.on_end for p in procs))
-    if len(_hooks_cache) > 16:
-        _hooks_cache.clear()
-    _hooks_cache[id(procs)] = hit
-    global _last_hooks
-    _last_hooks = hit
-    return hit
-
-
-_last_hooks: tuple = (None,)  # the hooks start() used last
-
-
-# The OTLP exporters write task spans with evlog.exporters.fast_otlp (installed by the first start()),
-# the run folder with otlp_json's short path.
-encoder_patch = fast_otlp.sdk_patch(TaskSpan)
-otlp_json.FAST_TYPES.add(TaskSpan)
-
-_NEEDS = ("_instrumentation_scope", "_span_limits", "span_processor", "id_generator", "sampler", "_is_enabled")
+_FLAGS = (TraceFlags(0), TraceFlags(1))
+_log: list = [None]  # this process's records source (a deque), made at the first task span
+_procs: list = [None, ()]  # (registry version, the consumers' span processors) as last looked up
+_sampler: list = []  # the run's sampler, or None for the default (parent-based, always on)
+_lock = threading.Lock()
 
 
 def usable(tracer) -> bool:
-    """Can ``start`` take its short path with this tracer (the SDK's own, with what it reads)?"""
-    return (type(tracer) is sdk_trace.Tracer and all(hasattr(tracer, a) for a in _NEEDS)
-            and hasattr(tracer.span_processor, "_on_ending"))
+    """Does ``tracer`` come from evlog's tracer provider (so task spans may take the records path)?"""
+    from evlog.bootstrap import sdk
+
+    return isinstance(trace.get_tracer_provider(), sdk.LazyTracerProvider) and not isinstance(tracer, trace.ProxyTracer)
 
 
-def start(tracer, name: str, attributes: dict, parent) -> trace.Span:
-    """A started CONSUMER span ``name`` under the Context ``parent``, as ``tracer.start_span`` makes it."""
-    span = parent.get(_SPAN_KEY)
-    psc = span.get_span_context() if span is not None else None
-    if not tracer._is_enabled():
-        return NonRecordingSpan(psc or trace.INVALID_SPAN_CONTEXT)
-    ids = tracer.id_generator
-    random_ids = type(ids) is RandomIdGenerator  # its ids, drawn here the way it draws them
-    if psc is None or not psc.is_valid:
-        psc = None
-        if random_ids:
-            trace_id = _getrandbits(128)
-            while not trace_id:
-                trace_id = _getrandbits(128)
-            random_id = 2
+def _source():
+    with _lock:
+        if _log[0] is None:
+            _log[0] = records.source(pool_spans.KIND)
+        return _log[0]
+
+
+def _consumers() -> tuple:
+    from evlog.processors.registry import registry
+
+    if _procs[0] != registry.version:
+        _procs[1] = tuple(registry.span_processors())
+        _procs[0] = registry.version
+    return _procs[1]
+
+
+def _run_sampler():
+    """The run's sampler when it is not the default one (which start() decides inline)."""
+    if not _sampler:
+        from evlog import config
+        from evlog.bootstrap import sdk
+
+        spec = config.get().sampler
+        _sampler.append(None if spec[0] == "parentbased_always_on" else sdk.sampler(spec))
+    return _sampler[0]
+
+
+class TaskSpan(trace.Span):
+    """A recording span of a pool task, kept as plain fields; ``end()`` records it."""
+
+    __slots__ = ("name", "context", "parent", "scope", "attributes", "start_time", "end_time", "events",
+                 "links", "status", "_owned")
+
+    def __init__(self, name, context, parent, scope, attributes, start_time):
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.scope = scope
+        self.attributes = attributes  # shared by the tasks of one function until the first write
+        self.start_time = start_time
+        self.end_time = None
+        self.events = None
+        self.links = None
+        self.status = None
+        self._owned = False
+
+    # ---- what span processors read (the SDK ReadableSpan's public names) -------------------------
+    @property
+    def resource(self):
+        return _resource()
+
+    @property
+    def kind(self):
+        return SpanKind.CONSUMER
+
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+    # ---- what the user may write while the task runs ----------------------------------------------
+    def _own(self) -> dict:
+        if not self._owned:
+            self.attributes = dict(self.attributes)
+            self._owned = True
+        return self.attributes
+
+    def set_attribute(self, key: str, value) -> None:
+        self.set_attributes({key: value})
+
+    def set_attributes(self, attributes) -> None:
+        if self.end_time is None and attributes:
+            self._own().update(_clean(attributes))
+
+    def add_event(self, name: str, attributes=None, timestamp: int | None = None) -> None:
+        if self.end_time is None:
+            if self.events is None:
+                self.events = []
+            self.events.append((str(name), _clean(attributes) if attributes else {},
+                                timestamp if timestamp is not None else _time_ns()))
+
+    def add_link(self, context, attributes=None) -> None:
+        if self.end_time is None and context is not None and context.is_valid:
+            if self.links is None:
+                self.links = []
+            self.links.append((context.trace_id, context.span_id, int(context.trace_flags),
+                               _clean(attributes) if attributes else {}))
+
+    def update_name(self, name: str) -> None:
+        if self.end_time is None:
+            self.name = str(name)
+
+    def set_status(self, status, description: str | None = None) -> None:
+        if self.end_time is not None:
+            return
+        if isinstance(status, Status):
+            code, text = status.status_code, status.description
         else:
-            trace_id = ids.generate_trace_id()
-            random_id = 2 if ids.is_trace_id_random() else 0
+            code, text = status, description
+        if self.status is not None and self.status[0] == StatusCode.OK.value:
+            return  # OK is final, as in the SDK
+        if code is not StatusCode.UNSET:
+            self.status = (code.value, text if code is StatusCode.ERROR and text else None)
+
+    def record_exception(self, exception, attributes=None, timestamp=None, escaped: bool = False) -> None:
+        stack = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+        attrs = {"exception.type": type(exception).__name__, "exception.message": str(exception),
+                 "exception.stacktrace": stack, "exception.escaped": str(escaped)}
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_time is not None:
+            return
+        self.end_time = end_time if end_time is not None else _time_ns()
+        for p in _consumers():
+            p.on_end(self)
+        sc, parent = self.context, self.parent
+        (_log[0] or _source()).append((
+            self.name, self.scope, sc.trace_id, sc.span_id, int(sc.trace_flags),
+            sc.trace_state.to_header() if sc.trace_state else "",
+            (parent.trace_id, parent.span_id, int(parent.trace_flags), parent.is_remote) if parent is not None else None,
+            self.start_time, self.end_time, self.attributes,
+            tuple(self.events) if self.events else None, tuple(self.links) if self.links else None, self.status))
+
+    def __repr__(self) -> str:
+        return f"TaskSpan({self.name!r}, {self.context!r})"
+
+
+def _clean(attributes) -> dict:
+    """Attributes as the SDK keeps them (invalid values dropped with the SDK's warning, sequences as
+    tuples), so they travel as atoms."""
+    return dict(BoundedAttributes(attributes=attributes, immutable=False))
+
+
+_res: list = []
+
+
+def _resource():
+    if not _res:
+        _res.append(getattr(trace.get_tracer_provider(), "resource", None))
+    return _res[0]
+
+
+def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
+    """A started task span ``name`` under the Context ``parent`` (TaskSpan, or a non-recording span
+    when the run's sampler says so)."""
+    span = trace.get_current_span(parent)
+    psc = span.get_span_context()
+    if not psc.is_valid:
+        psc = None
+        trace_id = _getrandbits(128) or 1
     else:
         trace_id = psc.trace_id
-        random_id = psc.trace_flags & 2
-    sampler = tracer.sampler
-    if sampler in _STATIC_ON:
-        sampled = recording = psc is None or sampler is sampling.ALWAYS_ON or psc.trace_flags & 1
-        state = psc.trace_state if psc is not None else DEFAULT_TRACE_STATE
+    sampler = _sampler[0] if _sampler else _run_sampler()
+    if sampler is None:
+        sampled = psc is None or psc.trace_flags & 1
+        state = psc.trace_state if psc is not None else None
     else:
-        result = sampler.should_sample(parent, trace_id, name, _CONSUMER, attributes, ())
+        result = sampler.should_sample(parent, trace_id, name, SpanKind.CONSUMER, attributes, ())
         sampled = 1 if result.decision.is_sampled() else 0
-        recording = result.decision.is_recording()
-        state = result.trace_state if result.trace_state is not None else DEFAULT_TRACE_STATE
-        attributes = dict(result.attributes) if result.attributes else {}
-    if random_ids:  # valid ids: the SpanContext made without checking them again
-        span_id = _getrandbits(64)
-        while not span_id:
-            span_id = _getrandbits(64)
-        sc = _tuple_new(SpanContext, (trace_id, span_id, False, _FLAGS[sampled | random_id], state, True))
-    else:
-        sc = SpanContext(trace_id, ids.generate_span_id(), False, _FLAGS[sampled | random_id], state)
-    if not recording:
+        if not result.decision.is_recording():
+            sampled = -1
+        state = result.trace_state
+        if result.attributes:
+            attributes = {**attributes, **result.attributes}
+    sc = SpanContext(trace_id, _getrandbits(64) or 1, False, _FLAGS[sampled > 0], state)
+    if sampled <= 0:
         return NonRecordingSpan(sc)
-    span = _new(TaskSpan)
-    span._name = name
-    span._context = sc
-    span._parent = psc
-    span._resource = tracer.resource
-    span._instrumentation_scope = tracer._instrumentation_scope
-    span._attributes = attributes  # shared and read-only until the first write (then copied)
-    span._span_processor = proc = tracer.span_processor
-    span._limits = tracer._span_limits
-    span._lock = _Lock()
-    span._start_time = _time_ns()
-    hooks = _last_hooks
-    if type(proc) is not SynchronousMultiSpanProcessor or proc._span_processors is not hooks[0]:
-        hooks = _processor_hooks(proc)
-    if hooks is None:
-        proc.on_start(span, parent_context=parent)
-    else:
-        span._hooks = hooks
-        for hook in hooks[1]:
-            hook(span, parent_context=parent)
+    span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
+    for p in _consumers():
+        p.on_start(span, parent_context=parent)
     return span
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _log[0] = None  # a forked child ships its own records (evlog.records starts afresh there)
+    _res.clear()
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -51,6 +51,7 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
             mel.set_log_sink(log, provider, default=False)
             source = gauges.ConsumersView(log)
         registry.builtin = log
+        registry.changed()
         gauges.register(source, names, meter_provider)
         return log
     except Exception as exc:

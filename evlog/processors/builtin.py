@@ -83,32 +83,32 @@ class BuiltinLog(SpanProcessor):
     # timestamps; records are put in time order when the log is fetched.
     def on_start(self, span, parent_context=None) -> None:
         try:
-            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            k = self._kinds.get(span.name) or self._classifier.classify(span.name)
             if k.record:
-                t = span._start_time
+                t = span.start_time
                 if t >= self._next_sample:
                     self._sample(t)
                 ds = self._dstate
                 if k.compute:
                     cell = self._cells.get(get_ident()) or self._cell()
                     cell[0] += 1
-                    self._open[id(span._context)] = cell
+                    self._open[id(span.context)] = cell
                     self._ring.append((t, 1, "compute", cell[1], self._samp, ds.nbytes if ds is not None else None))
                 else:
-                    self._open[id(span._context)] = None
+                    self._open[id(span.context)] = None
                     self._ring.append((t, 1, k.category, None, self._samp, ds.nbytes if ds is not None else None))
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
     def on_end(self, span) -> None:
         try:
-            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            k = self._kinds.get(span.name) or self._classifier.classify(span.name)
             if k.record:
-                t = span._end_time
+                t = span.end_time
                 if t >= self._next_sample:
                     self._sample(t)
                 ds = self._dstate
-                cell = self._open.pop(id(span._context), _MISSING)
+                cell = self._open.pop(id(span.context), _MISSING)
                 if cell is _MISSING:
                     self._after_the_fact(span, k, ds)
                 elif cell is not None:
@@ -121,7 +121,7 @@ class BuiltinLog(SpanProcessor):
 
     def _on_start_esat(self, span, parent_context=None) -> None:
         try:
-            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
+            k = self._kinds.get(span.name) or self._classifier.classify(span.name)
             k.n += 1
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
@@ -129,8 +129,8 @@ class BuiltinLog(SpanProcessor):
 
     def _on_end_esat(self, span) -> None:
         try:
-            k = self._kinds.get(span._name) or self._classifier.classify(span._name)
-            if id(span._context) in self._open:  # started while we watched: no longer open
+            k = self._kinds.get(span.name) or self._classifier.classify(span.name)
+            if id(span.context) in self._open:  # started while we watched: no longer open
                 k.n -= 1
         except Exception as exc:
             _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
@@ -141,10 +141,10 @@ class BuiltinLog(SpanProcessor):
         b = ds.nbytes if ds is not None else None
         proc = None
         if k.compute:
-            attrs = span._attributes
+            attrs = span.attributes
             proc = attrs.get("thread.id") if attrs else None
-        self._ring.append((span._start_time, 1, k.category, proc, self._samp, b))
-        self._ring.append((span._end_time, -1, k.category, proc, self._samp, b))
+        self._ring.append((span.start_time, 1, k.category, proc, self._samp, b))
+        self._ring.append((span.end_time, -1, k.category, proc, self._samp, b))
 
     def _cell(self) -> list:
         """This thread's psat counter (first task on this thread)."""

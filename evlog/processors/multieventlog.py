@@ -227,12 +227,12 @@ class _Dispatch(SpanProcessor):
         self._lock = threading.Lock()
 
     def _event(self, kind: str, span, timestamp, thread) -> Event:
-        name = span._name
+        name = span.name
         k = self._classifier.kinds.get(name) or self._classifier.classify(name)
-        attrs = span._attributes
+        attrs = span.attributes
         attrs = dict(attrs) if attrs else {}
         return Event(kind, k.category, task_id(span, attrs), (os.getpid(), thread, worker_of(span, attrs)),
-                     timestamp, attrs, name, span._context.span_id)
+                     timestamp, attrs, name, span.context.span_id)
 
     def _give(self, ev: Event) -> None:
         for log in self.logs:
@@ -246,27 +246,27 @@ class _Dispatch(SpanProcessor):
                 started = self._started
                 if len(started) >= _OPEN_MAX:
                     started.clear()  # spans that never ended
-                started[id(span._context)] = None
-                self._give(self._event(START, span, span._start_time, get_ident()))
+                started[id(span.context)] = None
+                self._give(self._event(START, span, span.start_time, get_ident()))
             except Exception as exc:
                 _report.warn_once("dispatch-start", f"a log could not take a span start: {exc!r}")
 
     def on_end(self, span) -> None:
         if self.logs:
             try:
-                if self._started.pop(id(span._context), _MISSING) is not _MISSING:
+                if self._started.pop(id(span.context), _MISSING) is not _MISSING:
                     if self._pending:
                         self.flush()
-                    self._give(self._event(FINISH, span, span._end_time, get_ident()))
+                    self._give(self._event(FINISH, span, span.end_time, get_ident()))
                 else:
                     self._after_the_fact(span)
             except Exception as exc:
                 _report.warn_once("dispatch-end", f"a log could not take a span finish: {exc!r}")
 
     def _after_the_fact(self, span) -> None:
-        attrs = span._attributes
+        attrs = span.attributes
         thread = (attrs.get("thread.id") if attrs else None) or get_ident()
-        pair = (self._event(START, span, span._start_time, thread), self._event(FINISH, span, span._end_time, thread))
+        pair = (self._event(START, span, span.start_time, thread), self._event(FINISH, span, span.end_time, thread))
         now = time.monotonic()
         with self._lock:
             stale = self._pending and (now - self._last_pending > self._GAP_S or len(self._pending) >= self._PENDING_MAX)
@@ -323,6 +323,7 @@ def set_log_sink(log, provider=None, *, default: bool = True) -> bool:
         if d is None:
             d = registry.dispatch[provider] = _Dispatch()
             provider.add_span_processor(d)
+            registry.changed()
         if not any(x is log for x in d.logs):
             d.logs = d.logs + (log,)
         if default:

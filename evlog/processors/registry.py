@@ -18,6 +18,10 @@ class Registry:
         self.dispatch = weakref.WeakKeyDictionary()  # tracer provider -> its multieventlog._Dispatch
         self.default = None  # the log fetch_logs() returns, when set by set_log_sink
         self.builtin = None  # the EVLOG_CONSUMERS log (evlog.processors.install_default)
+        self.version = 0  # changes whenever the set of span processors may have (span_processors())
+
+    def changed(self) -> None:
+        self.version += 1
 
     def drain(self) -> None:
         """Have spans that are built after the fact delivered now (Dask workers' executions reach the
@@ -51,6 +55,7 @@ class Registry:
             d.logs = ()
         self.dispatch = weakref.WeakKeyDictionary()
         self.default = None
+        self.changed()
         b, self.builtin = self.builtin, None
         if b is not None and hasattr(b, "disable"):
             b.disable()
