@@ -108,6 +108,23 @@ def any_failed() -> bool:
     return _noted[0] or any(e.failed for e in _all)
 
 
+# Modules the exporters' first request imports (requests reads ~/.netrc per request; a hostname is
+# encoded with the idna codec): imported here, under the build lock, so that the first export, in a
+# background thread, never imports them while the program forks (a child inheriting a module lock taken
+# mid-import hangs at its first request: seen with a fork child's exit flush over OTLP/HTTP).
+_LAZY_IMPORTS = ("netrc", "encodings.idna")
+
+
+def _import_lazy_modules() -> None:
+    import importlib
+
+    for name in _LAZY_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
 class _Lazy:
     """Shared part of the managed exporters: build per process on first use; count what passes."""
 
@@ -127,6 +144,7 @@ class _Lazy:
                 forkguard.register_last()
                 with _building:  # a fork waits for it: a half-imported grpc in the child would stay broken
                     self._inner = self._make()
+                    _import_lazy_modules()
             except Exception as exc:  # a bad certificate path, a missing package, ...
                 _report.warn_once(f"exporter-build-{self._signal}", f"cannot set up the {self._signal} exporter: {exc}")
                 self._inner = None
