@@ -90,19 +90,21 @@ def finish() -> None:
         timeout = FAILING_WAIT if select.any_failed() else EXIT_TIMEOUT
         start = time.monotonic()
         timeout = max(0.05, min(timeout, _exit_by[0] - start))
-        if not flush(timeout):
-            from . import sdk
-
-            stats.incr("dropped.at_exit", sdk.queued())
-            if not select.any_failed():  # a failing exporter was reported already
-                _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
-        full = stats.counters.get("dropped.queue_full", 0)
-        if full and not select.any_failed():  # with a failing collector, its message already says why
-            _report.warn_once("queue-full", f"{full:,} items dropped because export was slower than the program (queue full)")
+        flushed = flush(timeout)
+        if not flushed and not select.any_failed():  # a failing exporter was reported already
+            _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
         left = timeout - (time.monotonic() - start)
         # once an export has failed there is nothing to wait for: a failing exporter's shutdown only
         # stops its retries (flush() cut its own wait short for the same reason)
         _shutdown(0.2 if select.any_failed() else max(0.2, min(left, _exit_by[0] - time.monotonic())))
+        from . import sdk
+
+        unsent = sdk.unsent()  # counted, not read from the SDK's queues: dropped by a full queue or left at exit
+        if unsent:
+            stats.incr("dropped.unsent", unsent)
+            if flushed and not select.any_failed():  # with a failing collector, its message already says why
+                _report.warn_once("queue-full", f"{unsent:,} items dropped because export was slower than the "
+                                  "program (queue full)")
         stats.write_process_line()
     finally:
         _finished = True

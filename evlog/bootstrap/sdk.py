@@ -100,30 +100,36 @@ def resource_attributes() -> dict:
 
 
 def build_resource():
-    from opentelemetry.sdk.resources import Resource
-
-    return Resource(resource_attributes())
+    return export_resource()
 
 
-def _counting(cls, hook: str):
-    """A batch processor that counts what its full queue drops (one length check per item)."""
+def _counting(cls, hook: str, signal: str):
+    """A batch processor that counts what it is given to export (``<signal>.submitted``): what is neither
+    exported nor failed at the end was dropped by its full queue or left at exit (``unsent``)."""
 
-    base = getattr(cls, hook)  # bound once: super() and a lookup per item cost more than the check
-
-    class Counting(cls):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            self._evlog_queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)
-
+    base = getattr(cls, hook)  # bound once: super() and a lookup per item cost more than the count
+    name = f"{signal}.submitted"
+    counters = stats.counters
+    if signal == "traces":
         def _hook(self, item, *rest):
-            q = self._evlog_queue
-            if q is not None and len(q) == q.maxlen:
-                stats.incr("dropped.queue_full")
+            if item.context.trace_flags.sampled:  # the batch processor takes sampled spans only
+                counters[name] = counters.get(name, 0) + 1
+            return base(self, item, *rest)
+    else:
+        def _hook(self, item, *rest):
+            counters[name] = counters.get(name, 0) + 1
             return base(self, item, *rest)
 
-    setattr(Counting, hook, Counting._hook)
-    Counting.__name__ = Counting.__qualname__ = f"Counting{cls.__name__}"
+    Counting = type(f"Counting{cls.__name__}", (cls,), {hook: _hook})
     return Counting
+
+
+def unsent() -> int:
+    """Spans and log records given to this process's batch processors and neither exported nor failed
+    (a full queue dropped them, or they were still queued): from the counts, not the queues."""
+    c = stats.counters
+    return sum(max(0, c.get(f"{s}.submitted", 0) - c.get(f"{s}.exported", 0) - c.get(f"{s}.failed", 0))
+               for s in ("traces", "logs"))
 
 
 # signal -> provider class, its method that adds a processor, batch processor class, the processor's
@@ -139,13 +145,13 @@ _BATCHED = {
 def _build_batched(signal: str, makers, resource, settings):
     """A TracerProvider or LoggerProvider with one counting batch processor per exporter."""
     provider_cls, add, batch_cls, hook, managed, env = _BATCHED[signal]
-    processor = _counting(_load(batch_cls), hook)
+    processor = _counting(_load(batch_cls), hook, signal)
     extra = {"sampler": sampler(settings.sampler)} if signal == "traces" else {}
     provider = _load(provider_cls)(resource=resource, shutdown_on_exit=False, **extra)
     n = settings.sdk_numbers
     for make in makers:
         getattr(provider, add)(processor(
-            getattr(select, managed)(make),
+            getattr(select, managed)(make, export_resource),
             max_queue_size=n[f"{env}_MAX_QUEUE_SIZE"],
             schedule_delay_millis=n[f"{env}_SCHEDULE_DELAY"],
             max_export_batch_size=n[f"{env}_MAX_EXPORT_BATCH_SIZE"],
@@ -180,7 +186,7 @@ def _build_metrics(makers, resource, settings):
     n = settings.sdk_numbers
     readers = [
         PeriodicExportingMetricReader(
-            select.managed_metric_exporter(make), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+            select.managed_metric_exporter(make, export_resource), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
             export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"])
         for make in makers
     ]
@@ -257,11 +263,6 @@ class _LazyProvider:
         shutdown = getattr(self._real, "shutdown", None)
         if shutdown is not None:
             shutdown()
-
-    def _update_resource(self, resource) -> None:
-        update = getattr(self._real, "_update_resource", None)
-        if update is not None:
-            update(resource)
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("get_tracer", "get_logger", "get_meter"):  # another signal's
@@ -360,23 +361,31 @@ def when_built(signal: str, fn) -> bool:
 
 
 def update_resource(attrs: dict) -> None:
-    """Add attributes to this process's resource (e.g. dask.role once the role is known)."""
+    """Add attributes to this process's resource (e.g. dask.role once the role is known). Providers built
+    before keep the resource they were built with (the SDK has no public way to change it); what they
+    export is given the current one on its way out (``export_resource``)."""
+    global _resource
     if not _providers:
         return
     attrs = {k: v for k, v in attrs.items() if v is not None}
     with _lock:  # not while a provider is being built from the attributes before this update
         resource_attributes()
-        _attrs.update(attrs)  # for the providers built later
-        if not any(p.built for p in _providers):
-            return
+        _attrs.update(attrs)  # for the providers built later, and for what is exported from now on
+        _resource = None
+
+
+_resource = None  # the Resource of the current attributes, made when first asked
+
+
+def export_resource():
+    """The Resource this process's telemetry carries now."""
+    global _resource
+    res = _resource
+    if res is None:
         from opentelemetry.sdk.resources import Resource
 
-        extra = Resource(attrs)
-        for p in _providers:
-            try:
-                p._update_resource(extra)  # the SDK's own hook, used by it after fork
-            except Exception as exc:
-                _report.warn_once("update-resource", f"cannot update the resource: {exc}")
+        res = _resource = Resource(resource_attributes())
+    return res
 
 
 def _after_fork_in_child() -> None:
@@ -411,7 +420,9 @@ def _to_report(record) -> None:
         msg = record.getMessage()
     except Exception:
         msg = str(record.msg)
-    if "Queue full" in msg:  # counted by the processors themselves, reported once at exit
+    if msg.startswith("Queue full"):
+        # The batch processors' drop notice: evlog counts those drops itself (unsent) and says so once at
+        # exit with the number; should the SDK's wording change, the only effect is one more line.
         return
     if record.levelno < 30:  # below logging.WARNING
         return
@@ -424,15 +435,3 @@ def _to_report(record) -> None:
         )
         return
     _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
-
-
-def queued() -> int:
-    """Items still waiting in this process's batch processors (dropped if exit cannot flush them)."""
-    n = 0
-    for p in _providers[:2]:
-        p = p._real
-        multi = getattr(p, "_active_span_processor", None) or getattr(p, "_multi_log_record_processor", None)
-        for proc in getattr(multi, "_span_processors", None) or getattr(multi, "_log_record_processors", None) or ():
-            q = getattr(getattr(proc, "_batch_processor", None), "_queue", None)
-            n += len(q) if q is not None else 0
-    return n

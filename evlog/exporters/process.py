@@ -14,8 +14,8 @@ evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket
 It ends when its starter's control pipe closes (the program has exited, or the launcher was killed): it
 reads what connected processes still send for at most LINGER seconds, builds what is left, and exports
 for at most EXIT_TIMEOUT seconds (FAILING_WAIT once the collector has failed), then writes its counts to
-the run's stats file (the launcher's summary) and exits. It runs at a lower priority, so on a busy
-machine its work waits for the program's.
+the run's stats file (the launcher's summary) and exits. Its builder and export threads run at a lower priority (lower_priority), so on a busy machine
+their work waits for the program's; its reader does not, so senders never wait for it long.
 """
 from __future__ import annotations
 
@@ -170,6 +170,7 @@ class Pipeline:
         return max((s.held() for s in self.sinks or ()), default=0)
 
     def _loop(self) -> None:
+        lower_priority()
         while not self._stop:
             self._wake.wait(self.delay)
             self._wake.clear()
@@ -214,6 +215,18 @@ class Pipeline:
                     pass
 
 
+def lower_priority() -> None:
+    """Nice the calling thread only (Linux schedules threads on their own): the builder and export
+    threads yield a busy machine to the program, while the reader, whose work is a read and a split,
+    keeps up with what observed processes send, so they never hold their records for long."""
+    import threading
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (OSError, AttributeError):
+        pass
+
+
 def _same_user(sock) -> bool:
     """Is the peer a process of this user (SO_PEERCRED)? Others may not feed this run's telemetry."""
     import socket
@@ -249,6 +262,7 @@ class Builder:
     def _loop(self) -> None:
         import time
 
+        lower_priority()
         last_tick = time.monotonic()
         while True:
             now = time.monotonic()
@@ -346,10 +360,6 @@ def main() -> None:
     from .backlog import Backlog
 
     sdk.route_sdk_logging()
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass
     header = struct.Struct("<II")  # evlog.records: frame bytes, records in it
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())

@@ -43,12 +43,17 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
         return lambda: _runfolder(signal, run_dir)
     if kind == "otlp":
         module, cls = SIGNAL_OTLP[(signal, settings.exporters.protocol[signal])]
-        return lambda: _import(module, cls)()
+
+        def make():
+            return _import(module, cls)()
+
+        make.otlp = True  # its metric preferences come from OTEL_EXPORTER_OTLP_METRICS_* (metric_preferences)
+        return make
     if kind == "console":
         module, cls = CONSOLE[signal]
         return lambda: _import(module, cls)()
     # any other name: an exporter entry point, as opentelemetry-instrument resolves it
-    from opentelemetry.util._importlib_metadata import entry_points
+    from importlib.metadata import entry_points
 
     eps = list(entry_points(group=f"opentelemetry_{signal}_exporter", name=kind))
     if not eps:
@@ -161,7 +166,34 @@ class _Lazy:
             stats.incr(f"{self._signal}.failed", n)
 
 
-def managed_span_exporter(make):
+def _with_resource(items, current, remake):
+    """``items`` with the process's current Resource (``current()``), remade by ``remake(item, resource)``
+    only where an item carries another one (a provider built before a role was known, a forked child)."""
+    if current is None or not items:
+        return items
+    res = current()
+    if all(i.resource is res for i in items):
+        return items
+    return [i if i.resource is res else remake(i, res) for i in items]
+
+
+def _span_with(s, res):
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    return ReadableSpan(s.name, context=s.context, parent=s.parent, resource=res, attributes=s.attributes,
+                        events=s.events, links=s.links, kind=s.kind, status=s.status, start_time=s.start_time,
+                        end_time=s.end_time, instrumentation_scope=s.instrumentation_scope)
+
+
+def _log_with(r, res):
+    from opentelemetry.sdk._logs import ReadableLogRecord
+
+    return ReadableLogRecord(r.log_record, res, r.instrumentation_scope)
+
+
+def managed_span_exporter(make, resource=None):
+    """The exporter ``make()`` builds, made per process on first use, counted; with ``resource`` (a getter
+    of the process's current Resource), what it exports carries that resource."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     class ManagedSpanExporter(SpanExporter, _Lazy):
@@ -169,6 +201,7 @@ def managed_span_exporter(make):
             _Lazy.__init__(self, "traces", make)
 
         def export(self, spans):
+            spans = _with_resource(spans, resource, _span_with)
             inner = self.inner()
             ok = False
             if inner is not None:
@@ -189,7 +222,7 @@ def managed_span_exporter(make):
     return ManagedSpanExporter()
 
 
-def managed_log_exporter(make):
+def managed_log_exporter(make, resource=None):
     from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
 
     class ManagedLogExporter(LogRecordExporter, _Lazy):
@@ -197,6 +230,7 @@ def managed_log_exporter(make):
             _Lazy.__init__(self, "logs", make)
 
         def export(self, batch):
+            batch = _with_resource(batch, resource, _log_with)
             inner = self.inner()
             ok = False
             if inner is not None:
@@ -217,28 +251,68 @@ def managed_log_exporter(make):
     return ManagedLogExporter()
 
 
-def managed_metric_exporter(make):
+def metric_preferences() -> dict:
+    """The temporality and aggregation preferences an OTLP metric exporter takes from
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE (cumulative, delta, lowmemory) and
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION (explicit_bucket_histogram,
+    base2_exponential_bucket_histogram), as the specification defines them: known before the
+    exporter is built (the reader asks at its start), without reading the exporter's own fields."""
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
+
+    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
+    pref = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") or "cumulative").strip().lower()
+    deltas = {"delta": (Counter, Histogram, ObservableCounter), "lowmemory": (Counter, Histogram)}.get(pref)
+    if deltas is None and pref != "cumulative":
+        _report.warn_once("metrics-temporality", f"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE={pref!r} is "
+                          "not cumulative, delta or lowmemory; using cumulative")
+    kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
+    out = {"preferred_temporality": {k: delta if k in (deltas or ()) else cumulative for k in kinds}}
+    agg = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION") or "").strip().lower()
+    if agg == "base2_exponential_bucket_histogram":
+        out["preferred_aggregation"] = {Histogram: ExponentialBucketHistogramAggregation()}
+    elif agg and agg != "explicit_bucket_histogram":
+        _report.warn_once("metrics-aggregation", f"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION={agg!r} "
+                          "is not explicit_bucket_histogram or base2_exponential_bucket_histogram; using the first")
+    return out
+
+
+def _metrics_with(data, current):
+    """MetricsData with the process's current Resource (see _with_resource)."""
+    if current is None:
+        return data
+    res = current()
+    if all(rm.resource is res for rm in data.resource_metrics):
+        return data
+    from opentelemetry.sdk.metrics.export import MetricsData, ResourceMetrics
+
+    return MetricsData([rm if rm.resource is res else ResourceMetrics(res, rm.scope_metrics, rm.schema_url)
+                        for rm in data.resource_metrics])
+
+
+def managed_metric_exporter(make, resource=None):
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
-    eager = None
-    if os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") or os.environ.get(
-        "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION"
-    ):
-        eager = make()  # its preferences must be known before the reader starts
+    prefs = metric_preferences() if getattr(make, "otlp", False) else {}
 
     class ManagedMetricExporter(MetricExporter, _Lazy):
         def __init__(self):
             _Lazy.__init__(self, "metrics", make)
-            if eager is not None:
-                super().__init__(eager._preferred_temporality, eager._preferred_aggregation)
-                self._inner, self._pid = eager, os.getpid()
-            else:
-                super().__init__()
+            super().__init__(**prefs)
 
         def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
             n = sum(len(m.data.data_points) for rm in metrics_data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics)
             if not n:
                 return MetricExportResult.SUCCESS  # nothing to send: no reason to build an exporter
+            metrics_data = _metrics_with(metrics_data, resource)
             inner = self.inner()
             ok = False
             if inner is not None:
