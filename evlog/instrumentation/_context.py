@@ -35,7 +35,7 @@ from types import BuiltinFunctionType, FunctionType
 from opentelemetry import baggage as _baggage
 from opentelemetry import context as _ctx
 from opentelemetry import trace
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from evlog import _report
@@ -56,18 +56,13 @@ THREAD_KINDS = ("thread", "mp.threadpool")
 # threads): their callables get no task span and their threads no context; only user work does.
 MACHINERY = ("concurrent.futures.", "multiprocessing.", "distributed.", "tornado.", "grpc.", "opentelemetry.",
              "evlog.")
-_SUPPRESS = _ctx._SUPPRESS_INSTRUMENTATION_KEY
-_BAGGAGE = _baggage._BAGGAGE_KEY
-_SPAN = trace.propagation._SPAN_KEY
 _NOT_YET = object()
 _EMPTY = _ctx.Context()
 _last: tuple = (None, None)  # the last portable tuple restored, and its Context
 _attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
 _set_span = trace.set_span_in_context
 _Context = _ctx.Context
-# The current Context lives in one ContextVar; with the SDK's runtime context, set and reset it directly.
-_runtime = getattr(_ctx, "_RUNTIME_CONTEXT", None)
-_var = _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
+_enabled = is_instrumentation_enabled  # False inside suppress_instrumentation()
 _partial = functools.partial
 
 _starters: dict = {}  # kind -> start(name, attributes, parent Context) -> span; a fork keeps them
@@ -82,7 +77,7 @@ _thread_attrs: dict = {}  # (id(attributes), thread name) -> (attributes, attrib
 def current():
     """The context to send with a task, or None when instrumentation is suppressed here."""
     ctx = _get_current()
-    return None if ctx.get(_SUPPRESS) else ctx
+    return ctx if _enabled() else None
 
 
 def wrap(fn, kind: str, chunk: bool = False):
@@ -94,7 +89,7 @@ def wrap(fn, kind: str, chunk: bool = False):
     if t is _partial and type(fn.func) is FunctionType and (fn.func.__module__ or "").startswith(MACHINERY):
         return fn  # the pools' own chunks (partial(_process_chunk, task, ...)), once per item: the short way
     ctx = _get_current()
-    if ctx.get(_SUPPRESS) or is_machinery(fn):
+    if not _enabled() or is_machinery(fn):
         return fn
     return Task(fn, kind, ctx, chunk=chunk)
 
@@ -108,9 +103,9 @@ def portable(ctx):
     """A picklable form of an OTel Context: (trace_id, span_id, flags, tracestate, baggage) or None."""
     if ctx is None or type(ctx) is tuple:
         return ctx
-    span = ctx.get(_SPAN)
+    span = trace.get_current_span(ctx)
     sc = span.get_span_context() if span is not None else trace.INVALID_SPAN_CONTEXT
-    bag = ctx.get(_BAGGAGE)
+    bag = _baggage.get_all(ctx)
     if not sc.is_valid:
         return (0, 0, 0, "", dict(bag)) if bag else None
     state = sc.trace_state.to_header() if sc.trace_state else ""
@@ -138,7 +133,8 @@ def _restore(carried):
         sc = SpanContext(trace_id, span_id, True, TraceFlags(flags), TraceState.from_header([state]) if state else None)
         ctx = _set_span(NonRecordingSpan(sc), ctx)
     if bag:
-        ctx = _ctx.set_value(_BAGGAGE, dict(bag), ctx)
+        for name, value in bag.items():
+            ctx = _baggage.set_baggage(name, value, ctx)
     return ctx
 
 
@@ -203,15 +199,13 @@ class Task:
     def __call__(self, *args, **kwargs):
         try:
             how = self.how
-            if how is None or _var is None:
+            if how is None:
                 span, token = _begin(self)
             else:  # the usual case, _begin's last steps inline: a task of a process pool seen before
                 parent = self.parent
                 span = how[2](how[0], how[1], parent)
                 _open[id(span)] = span
-                ctx = parent.copy()  # set_span_in_context + attach, the short way
-                ctx[_SPAN] = span
-                token = _var.set(_Context(ctx))
+                token = _attach(_set_span(span, parent))
         except Exception as exc:  # evlog's own failure: run the task untraced
             _report.warn_once("task-span", f"cannot start a task span, tasks run untraced: {exc!r}")
             return self.fn(*args, **kwargs)
@@ -292,11 +286,7 @@ def _begin(task: Task, calls: int = 0):
         start = _starters.get(kind) or _starter(kind)
     span = start(name, attrs, parent)
     _open[id(span)] = span
-    if _var is None:
-        return span, _attach(_set_span(span, parent))
-    ctx = parent.copy()  # set_span_in_context + attach, the short way
-    ctx[_SPAN] = span
-    return span, _var.set(_Context(ctx))
+    return span, _attach(_set_span(span, parent))
 
 
 def _with_thread_name(attrs: dict) -> dict:
@@ -325,10 +315,7 @@ def _how(task: Task) -> tuple:
 
 def _end(span, token) -> None:
     try:
-        if _var is None:
-            _detach(token)
-        else:
-            _var.reset(token)
+        _detach(token)
         if _open.pop(id(span), None) is not None:
             span.end()
     except Exception as exc:
