@@ -52,12 +52,21 @@ def _source():
 
 
 def _consumers() -> tuple:
-    from evlog.processors.registry import registry
-
+    registry = _registry[0] if _registry else _load_registry()
     if _procs[0] != registry.version:
         _procs[1] = tuple(registry.span_processors())
         _procs[0] = registry.version
     return _procs[1]
+
+
+_registry: list = []
+
+
+def _load_registry():
+    from evlog.processors.registry import registry
+
+    _registry.append(registry)
+    return registry
 
 
 def _run_sampler():
