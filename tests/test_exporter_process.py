@@ -65,6 +65,69 @@ def test_dask_task_spans_reach_a_plain_receiver_in_the_client_calls_trace(tmp_pa
         assert bad.status.code == 2 and "ValueError" in bad.status.message and "bad 1" in bad.status.message
         exc = [attrs(e.attributes) for e in bad.events if e.name == "exception"]
         assert exc and "ValueError" in exc[0]["exception.message"] and "fail" in exc[0]["exception.stacktrace"]
+        # the workers' executions: one dask.execute span per task, in the same trace, CONSUMER
+        r.wait_for(lambda: len([1 for _r, s in r.spans() if s.name == "dask.execute inc"]) >= 40, timeout=60)
+        executes = {attrs(s.attributes)["dask.task.key"]: (res, s) for res, s in r.spans()
+                    if s.name.startswith("dask.execute ")}
+        for res, s in (executes[a] for a in executes if a.startswith("inc-")):
+            a = attrs(s.attributes)
+            assert s.kind == 5 and a["dask.task.prefix"] == "inc" and a["thread.name"] and a["thread.id"] > 0
+            assert s.parent_span_id in computes and s.trace_id == computes[s.parent_span_id].trace_id
+            assert res["process.pid"] == out["pid"] and s.start_time_unix_nano <= s.end_time_unix_nano
+        [failed] = [s for k, (_res, s) in executes.items() if k.startswith("fail-")]
+        assert failed.status.code == 2 and "bad 1" in failed.status.message
+        exc = [attrs(e.attributes) for e in failed.events if e.name == "exception"]
+        assert exc and "fail" in exc[0]["exception.stacktrace"]
+
+
+POOL_APP = r'''
+import concurrent.futures as cf, json, os
+from opentelemetry import trace
+
+def work(x):
+    span = trace.get_current_span()
+    span.set_attribute("user.key", x)
+    span.add_event("user.event", {"n": x})
+    if x == 3:
+        raise ValueError("three")
+    return os.getpid()
+
+if __name__ == "__main__":
+    with trace.get_tracer("app").start_as_current_span("submit") as root:
+        with cf.ProcessPoolExecutor(2) as ex:
+            fs = [ex.submit(work, i) for i in range(6)]
+            pids = sorted({f.result() for f in fs if not f.exception()})
+    print(json.dumps({"pids": pids, "root": format(root.get_span_context().span_id, "016x"),
+                      "trace": format(root.get_span_context().trace_id, "032x")}), flush=True)
+'''
+
+
+def test_pool_task_spans_reach_a_plain_receiver_as_the_sdk_would_send_them(tmp_path):
+    """A pool task's span, recorded in its worker and built by the exporter process: every field a
+    user can set or see, as the SDK's own span would carry it."""
+    app = tmp_path / "pool.py"
+    app.write_text(POOL_APP)
+    with PlainReceiver() as r:
+        proc = run_instrumented([PYTHON, str(app)], env=evlog_env({**r.env(), "EVLOG_SUMMARY": "false"}), timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        out = json.loads(proc.stdout.decode().splitlines()[-1])
+        r.wait_for(lambda: len([1 for _r, s in r.spans() if s.name == "futures.task work"]) == 6, timeout=60)
+        tasks = {attrs(s.attributes)["user.key"]: (res, s) for res, s in r.spans() if s.name == "futures.task work"}
+        assert sorted(tasks) == list(range(6))
+        for x, (res, s) in tasks.items():
+            a = attrs(s.attributes)
+            assert a["code.function.name"] == "__main__.work" and a["evlog.pool.kind"] == "process"
+            assert s.kind == 5 and s.trace_id.hex() == out["trace"] and s.parent_span_id.hex() == out["root"]
+            assert res["process.pid"] != 0 and res["evlog.run.id"]
+            assert [(e.name, attrs(e.attributes).get("n")) for e in s.events][:1] == [("user.event", x)]
+            assert s.start_time_unix_nano < s.end_time_unix_nano
+        assert {tasks[x][0]["process.pid"] for x in tasks if x != 3} <= set(out["pids"])
+        _res, bad = tasks[3]
+        assert bad.status.code == 2 and bad.status.message == "ValueError: three"
+        [exc] = [attrs(e.attributes) for e in bad.events if e.name == "exception"]
+        assert exc["exception.type"] == "ValueError" and exc["exception.message"] == "three"
+        assert "raise ValueError" in exc["exception.stacktrace"] and exc["exception.escaped"] == "True"
+        assert all(tasks[x][1].status.code == 0 for x in tasks if x != 3)
 
 
 def test_a_scheduler_killed_with_sigkill_loses_nothing_it_recorded_before_its_last_shipment(tmp_path):
