@@ -25,10 +25,11 @@ from evlog import _report, stats
 from evlog.bootstrap import exporter as _exporter
 
 INTERVAL = 0.5  # seconds between shipments
+BUSY = 8192  # records in one shipment past which the next comes sooner (INTERVAL / 5)
 FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps holds the GIL
 SEND_SLICE = 0.2  # seconds a shipment waits for room in the socket; what does not fit waits for the next
 EXIT_WAIT = 5.0  # seconds exit waits for the exporter process to take what is still unsent
-MAX_UNSENT = 256 << 20  # bytes held for a slow exporter process before the oldest frames are dropped (counted)
+MAX_UNSENT = 64 << 20  # bytes held for a slow exporter process before the oldest frames are dropped (counted)
 _HEADER = struct.Struct("<II")  # frame bytes, records in it
 
 
@@ -95,12 +96,15 @@ class Channel:
         self._thread.start()
 
     def _loop(self) -> None:
+        n = 0
         while True:
-            self._wake.wait(INTERVAL)
+            # a busy process ships more often: what waits here (the records and, at shipping, their
+            # bytes) stays a few MB however fast it records
+            self._wake.wait(INTERVAL if n < BUSY else INTERVAL / 5)
             self._wake.clear()
             if self._pid != os.getpid():
                 return
-            self.ship()
+            n = self.ship()
 
     def ship(self) -> int:
         """Send everything recorded so far; the number of records sent (or dropped)."""
