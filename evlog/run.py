@@ -57,7 +57,7 @@ def prepare(settings, environ, service: str):
         _report.warn_once(f"config-{p}", p)
     environ["EVLOG_CONFIG_REPORTED"] = "1"
     environ["EVLOG_PREPARED"] = "1"
-    if settings.exporters.embedded and not settings.sdk_disabled:
+    if uses_run_folder(settings) and not settings.sdk_disabled:
         run_dir = settings.run_dir
         try:
             if run_dir:
@@ -83,6 +83,12 @@ def prepare(settings, environ, service: str):
     return settings
 
 
+def uses_run_folder(settings) -> bool:
+    """Does any signal go to the run folder (the embedded default, or an exporter named ``file``)?"""
+    ex = settings.exporters
+    return ex.embedded or any("file" in ex.for_signal(s) for s in ("traces", "metrics", "logs"))
+
+
 def write_info(settings, path: str | None) -> None:
     """The run's description for the launcher's summary, as the stats file's info line."""
     if not path:
@@ -93,7 +99,7 @@ def write_info(settings, path: str | None) -> None:
         "info": True,
         "summary": settings.summary and not settings.sdk_disabled,
         "where": select.describe(settings),
-        "run_dir": settings.run_dir if settings.exporters.embedded else None,
+        "run_dir": settings.run_dir if uses_run_folder(settings) else None,
     }
     stats.append_line(path, info)
 

@@ -311,3 +311,15 @@ def test_configure_in_code_without_the_launcher(tmp_path):
     subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=evlog_env(), check=True, timeout=60)
     (span,) = read_run_folder(str(tmp_path / "r"))["spans"]
     assert span["name"] == "in-code" and span["resource"]["service.name"] == "python"
+
+
+def test_otel_traces_exporter_file_without_a_run_dir_means_the_run_folder(tmp_path):
+    """README: `file` is the run folder; without EVLOG_RUN_DIR it is made where the default one would be."""
+    code = "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass"
+    env = evlog_env(OTEL_TRACES_EXPORTER="file", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    proc = run_instrumented(code, env=env, cwd=tmp_path, check=True)
+    err = proc.stderr.decode()
+    [run] = (tmp_path / "evlog-runs").iterdir()
+    assert [s["name"] for s in read_run_folder(str(run))["spans"]] == ["one"]
+    assert "1 spans" in err and "dropped" not in err and "failed" not in err, err
+    assert f"-> {run}" in err, err

@@ -83,6 +83,8 @@ def describe(settings) -> str:
     for k in kinds:
         if k == "otlp":
             parts.append(f"OTLP {ex.protocol['traces']} {ex.endpoint or _default_endpoint(ex.protocol['traces'])}")
+        elif k == "file":
+            parts.append(settings.run_dir or "the run folder")
         else:
             parts.append(k)
     return ", ".join(parts) or "nowhere (exporters set to none)"
