@@ -10,6 +10,9 @@ import os
 import time
 
 counters: dict[str, int] = {}
+_written: dict[str, int] = {}  # what this process's lines so far have added up to
+_last_progress = [0.0]
+PROGRESS_S = 1.0  # at most one progress line per process and second
 
 
 def incr(name: str, n: int = 1) -> None:
@@ -18,13 +21,27 @@ def incr(name: str, n: int = 1) -> None:
 
 def reset() -> None:
     counters.clear()
+    _written.clear()
 
 
 def write_process_line(path: str | None = None) -> None:
-    """Append this process's counters to the stats file."""
+    """Append what this process's counters gained since its last line to the stats file (the launcher
+    sums the lines): at exit, and as progress (``progress``), so a process killed with SIGKILL or leaving
+    by os._exit still counts what it exported until then."""
     path = path or os.environ.get("EVLOG_STATS_FILE")
     if path:
-        append_line(path, {"pid": os.getpid(), "time": time.time(), **counters})
+        now = dict(counters)
+        delta = {k: v - _written.get(k, 0) for k, v in now.items() if v != _written.get(k, 0)}
+        _written.update(now)
+        append_line(path, {"pid": os.getpid(), "time": time.time(), **delta})
+
+
+def progress() -> None:
+    """A progress line, at most every PROGRESS_S seconds (called after each export)."""
+    t = time.monotonic()
+    if t - _last_progress[0] >= PROGRESS_S:
+        _last_progress[0] = t
+        write_process_line()
 
 
 def append_line(path: str, row: dict) -> None:

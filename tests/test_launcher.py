@@ -323,3 +323,53 @@ def test_otel_traces_exporter_file_without_a_run_dir_means_the_run_folder(tmp_pa
     assert [s["name"] for s in read_run_folder(str(run))["spans"]] == ["one"]
     assert "1 spans" in err and "dropped" not in err and "failed" not in err, err
     assert f"-> {run}" in err, err
+
+
+def test_a_program_that_sigkills_itself_is_counted_for_what_it_exported(tmp_path):
+    """The summary sums what each process wrote to the stats file: progress lines after exports, not
+    only a line at exit, which a SIGKILL never reaches."""
+    code = ("import os, signal, time\nfrom opentelemetry import trace\n"
+            "[trace.get_tracer('x').start_span('s').end() for _ in range(9)]\n"
+            "trace.get_tracer_provider().force_flush()\nos.kill(os.getpid(), signal.SIGKILL)")
+    proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run"))
+    err = proc.stderr.decode()
+    assert proc.returncode == -signal.SIGKILL or proc.returncode == 128 + signal.SIGKILL, (proc.returncode, err)
+    assert len(read_run_folder(str(tmp_path / "run"))["spans"]) == 9
+    assert "evlog: 9 spans" in err and "from 1 process" in err, err
+
+
+OS_EXIT = r"""
+import multiprocessing as mp, os, sys
+from opentelemetry import trace
+
+def made(tag, n):
+    [trace.get_tracer("x").start_span(tag).end() for _ in range(n)]
+
+def child():
+    made("child", 4)
+    os._exit(0)
+
+if __name__ == "__main__":
+    how = sys.argv[1]
+    if how == "main":
+        made("main", 9)
+        os._exit(3)
+    p = mp.get_context(how).Process(target=child)
+    p.start(); p.join()
+    print("child exit", p.exitcode, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["main", "spawn", "fork", "forkserver"])
+def test_os_exit_in_any_process_kind_keeps_what_it_made(tmp_path, how):
+    """os._exit skips atexit; evlog flushes first, in the main program and in every kind of child."""
+    script = _write(tmp_path, "osexit.py", OS_EXIT)
+    proc = run_instrumented([PYTHON, script, how], env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run"))
+    err = proc.stderr.decode()
+    names = [s["name"] for s in read_run_folder(str(tmp_path / "run"))["spans"]]
+    if how == "main":
+        assert proc.returncode == 3, err
+        assert names.count("main") == 9 and "from 1 process" in err, (names, err)
+    else:
+        assert proc.returncode == 0 and b"child exit 0" in proc.stdout, err
+        assert names.count("child") == 4, (names, err)

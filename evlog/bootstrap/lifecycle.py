@@ -3,8 +3,8 @@
 - Normal exit and sys.exit: an atexit hook.
 - SIGTERM (pool terminate, nanny kill, the launcher forwarding a signal): if the program left SIGTERM
   at its default, a handler flushes and then dies by SIGTERM as before, so the exit status is unchanged.
-- Forked children (multiprocessing fork/forkserver, process pools, bare os.fork) leave by os._exit,
-  which skips atexit: in a forked child os._exit flushes first.
+- os._exit skips atexit: forked children (multiprocessing fork/forkserver, process pools, bare os.fork)
+  leave by it, and programs call it to leave at once: in every process os._exit flushes first.
 The flush runs in a helper thread joined with a deadline, so a dead collector or a stuck exporter
 costs at most EXIT_TIMEOUT seconds (1 s once an export has already failed).
 """
@@ -159,12 +159,13 @@ _installed = False
 
 
 def install() -> None:
-    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit in forked children."""
+    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit."""
     global _installed
     if _installed:
         return
     _installed = True
     atexit.register(finish)
+    os._exit = _exit_after_fork  # os._exit skips atexit: in any process, it flushes first (bounded)
     if threading.current_thread() is threading.main_thread():
         try:
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):

@@ -166,6 +166,7 @@ class _Lazy:
         else:
             self.failed = True
             stats.incr(f"{self._signal}.failed", n)
+        stats.progress()
 
 
 def _with_resource(items, current, remake):
