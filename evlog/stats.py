@@ -36,6 +36,13 @@ def write_process_line(path: str | None = None) -> None:
         append_line(path, {"pid": os.getpid(), "time": time.time(), **delta})
 
 
+def no_progress() -> None:
+    """This process reports its counters through another (the console relay through the program it
+    serves): no progress lines of its own."""
+    global PROGRESS_S
+    PROGRESS_S = float("inf")
+
+
 def progress() -> None:
     """A progress line, at most every PROGRESS_S seconds (called after each export)."""
     t = time.monotonic()

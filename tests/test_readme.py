@@ -56,3 +56,11 @@ def test_quickstart_runs_under_evlog_instrument(tmp_path):
     names = {s["name"] for s in data["spans"]}
     assert "quickstart" in names
     assert len({s["resource"]["process.pid"] for s in data["spans"]}) >= 1
+    # the summary counts what the run folder holds: spans, events and logs, and the program's processes
+    m = re.search(r"evlog: ([\d,]+) spans, ([\d,]+) events and logs, [\d,]+ metric points from (\d+) processes",
+                  proc.stderr.decode())
+    assert m, proc.stderr.decode()
+    records = sum(1 for s in ("events", "logs") for _ in data.get(s, ()))
+    assert int(m.group(1)) == len(data["spans"]) and int(m.group(2)) == records, (m.group(0), len(data["spans"]), records)
+    pids = {r["resource"]["process.pid"] for s in ("spans", "events", "logs", "metrics") for r in data.get(s, ())}
+    assert int(m.group(3)) == len(pids), (m.group(0), pids)

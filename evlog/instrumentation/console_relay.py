@@ -453,6 +453,7 @@ def _load() -> None:
         from evlog.instrumentation import console_parse
 
         _report, stats, cp = report_module, stats_module, console_parse
+        stats.no_progress()  # its counters reach the summary through the program (_ack)
 
 
 def _redactor(patterns):
