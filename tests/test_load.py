@@ -332,7 +332,7 @@ def test_a_million_task_spans_with_bounded_memory_in_every_process(tmp_path):
     assert arrived + dropped >= made, f"{made - arrived - dropped:,} spans lost without being counted"
     # drops are counted without a lock, so the figure may run a little over (never under)
     assert arrived + dropped <= made * 1.01, (arrived, dropped)
-    # The program makes its million spans in about 10 s on 2 busy cores; the exporter process (niced, so
-    # the program keeps its cores) builds and writes about 7 us of CPU per span, mostly in its 5 s at exit:
-    # about half arrive, the rest is counted above (BENCHMARKS.md, "exporter process").
-    assert arrived >= made // 3, f"only {arrived:,} of {made:,} spans were exported ({dropped:,} dropped)"
+    # The program makes its million spans in about 10 s on 2 busy cores; the exporter process (its build
+    # and export threads niced, so the program keeps its cores) does most of its ~7 us per span in its 5 s
+    # at exit, in one thread at full priority: on a quiet machine all arrive; what does not is counted.
+    assert arrived >= made // 2, f"only {arrived:,} of {made:,} spans were exported ({dropped:,} dropped)"

@@ -65,6 +65,7 @@ class _Sink:
     exit's deadline drop spans, and those are counted."""
 
     def __init__(self, make, batch: int = BATCH):
+        import threading
         from collections import deque
 
         self.make = make
@@ -73,10 +74,25 @@ class _Sink:
         self.pending: deque = deque()
         self.retry: list | None = None  # the batch that failed last, tried first
         self.inflight = 0  # spans of the batch being exported now
+        self.lock = threading.Lock()
+        self.closing = False
         self.failing = False
         self.pause_until = 0.0
 
     def export(self, stop_at: float | None = None) -> None:
+        """Export what is pending (one caller at a time: at exit, the final pass waits for the regular
+        thread's batch until ``stop_at``, so a batch is never in two exports, and never uncounted)."""
+        import time
+
+        wait = -1 if stop_at is None else max(0.0, stop_at - time.monotonic())
+        if not self.lock.acquire(timeout=wait):
+            return
+        try:
+            self._export(stop_at)
+        finally:
+            self.lock.release()
+
+    def _export(self, stop_at: float | None) -> None:
         import time
 
         from evlog import _report, stats
@@ -98,6 +114,8 @@ class _Sink:
             now = time.monotonic()
             if now < self.pause_until or (stop_at is not None and now >= stop_at):
                 return
+            if stop_at is None and self.closing:  # exit's final pass takes over, with its deadline
+                return
             batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
             self.retry, self.inflight = None, len(batch)
             try:
@@ -105,14 +123,13 @@ class _Sink:
             except Exception as exc:
                 _report.warn_once("export-traces", f"exporting spans failed: {exc}")
                 ok = False
-            finally:
-                self.inflight = 0
             if ok:
                 stats.incr("traces.exported", len(batch))
                 self.failing = False
             else:
                 self.retry, self.failing = batch, True
                 self.pause_until = time.monotonic() + 1.0
+            self.inflight = 0  # counted as exported, or held again as the retry
 
     def held(self) -> int:
         return len(self.pending) + len(self.retry or ()) + self.inflight
@@ -186,6 +203,8 @@ class Pipeline:
         from evlog import stats
 
         self._stop = True
+        for sink in self.sinks or ():
+            sink.closing = True
         self._wake.set()
         self._thread.join(timeout_s)
         deadline = time.monotonic() + (FAILING_WAIT if self.failing() else timeout_s)
@@ -287,6 +306,31 @@ class Builder:
                 self._finish(client_id, client)
             else:
                 self._frame(client, data)
+
+    def drain(self, deadline: float) -> float:
+        """At exit, in the calling thread: build what the backlog holds and export it as it goes, until
+        ``deadline`` (brought forward to FAILING_WAIT once the collector fails); returns the deadline."""
+        import time
+
+        pipeline = self.pipeline
+        while time.monotonic() < deadline:
+            entry = self.backlog.get(0)
+            if entry is None:
+                break
+            client_id, _records, data = entry
+            client = self.clients.get(client_id)
+            if client is None:
+                continue
+            if data is None:
+                self._finish(client_id, client)
+            else:
+                self._frame(client, data)
+            if pipeline.behind() >= BATCH:
+                for sink in pipeline.sinks or ():
+                    sink.export(stop_at=deadline)
+                if pipeline.failing():
+                    deadline = min(deadline, time.monotonic() + FAILING_WAIT)
+        return deadline
 
     def _frame(self, client: _Client, data: bytes) -> None:
         import marshal
@@ -437,16 +481,15 @@ def main() -> None:
             break
     for sock in list(conns):
         drop(sock)
-    # Build what is held for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails), then export.
+    # What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
+    # by this thread alone, at the priority the program had: the niced threads step aside (the program is
+    # gone, its cores are free, and one thread does not wait on the others for the GIL).
     deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() else EXIT_TIMEOUT)
-    builder.input_done = True
-    builder.stop_at = deadline
-    while builder.thread.is_alive() and time.monotonic() < deadline:
-        builder.thread.join(0.05)
-        if pipeline.failing():
-            deadline = min(deadline, time.monotonic() + FAILING_WAIT)
-            builder.stop_at = deadline
-    builder.thread.join(0.5)
+    builder.stop_at = time.monotonic()
+    builder.thread.join(1.0)
+    for sink in pipeline.sinks or ():
+        sink.closing = True  # the export thread returns after its batch
+    deadline = builder.drain(deadline)
     left = backlog.held()
     if left:
         stats.incr("dropped.at_exit", left)
