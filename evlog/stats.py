@@ -3,6 +3,11 @@
 Counters are plain ints bumped without a lock: a lost increment under a race only blurs a summary
 figure, and the hot paths stay a single dict update. At exit each process appends one JSON line to
 the run's stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums.
+
+The stats file is the launcher's memfd, which every process of the run opens as
+/proc/<launcher pid>/fd/<n>: it is gone with the launcher however the launcher ends (SIGKILL too), and a
+process that writes after the summary (a forkserver ending last) finds nothing to recreate. Without
+memfd or /proc it is a file in the temp dir, removed by the launcher after the summary.
 """
 from __future__ import annotations
 
@@ -27,11 +32,39 @@ def write_process_line(path: str | None = None) -> None:
         append_line(path, {"pid": os.getpid(), "time": time.time(), **counters})
 
 
+MEMFD_NAME = "evlog-stats-"
+
+
+def new_file(run_id: str, tmpdir: str) -> tuple[str, int | None]:
+    """A new stats file for a run: its path for EVLOG_STATS_FILE and the memfd to keep open (None for a
+    file in ``tmpdir``, which the caller removes)."""
+    try:
+        fd = os.memfd_create(MEMFD_NAME + run_id)
+    except (AttributeError, OSError):
+        return os.path.join(tmpdir, f"{MEMFD_NAME}{run_id}.jsonl"), None
+    path = f"/proc/{os.getpid()}/fd/{fd}"
+    if not _ours(path):  # no /proc here
+        os.close(fd)
+        return os.path.join(tmpdir, f"{MEMFD_NAME}{run_id}.jsonl"), None
+    return path, fd
+
+
+def _ours(path: str) -> bool:
+    """Is ``path`` (/proc/PID/fd/N) still a run's stats memfd, not a file of a process that got the pid?"""
+    try:
+        return os.readlink(path).startswith("/memfd:" + MEMFD_NAME)
+    except OSError:
+        return False
+
+
 def append_line(path: str, row: dict) -> None:
     """One JSON line in one write (O_APPEND: never torn, whatever other processes do)."""
     line = _dumps(row) + "\n"
+    proc = path.startswith("/proc/")
+    if proc and not _ours(path):
+        return  # the launcher is gone: nobody will read it
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | (0 if proc else os.O_CREAT), 0o600)
         try:
             os.write(fd, line.encode())
         finally:

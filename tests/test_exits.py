@@ -1,0 +1,140 @@
+"""Every way a run ends, as users meet it: os._exit in each process kind, SIGKILL of the program and of
+the launcher. Each test checks what arrived, the summary's counts, and that nothing is left behind."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+
+
+def _summary(err: bytes) -> str:
+    lines = [l for l in err.decode(errors="replace").splitlines() if re.match(r"evlog: [\d,]+ spans", l)]
+    assert len(lines) == 1, err.decode(errors="replace")
+    return lines[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead: its parent (init, here) has not reaped it yet
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.getsid(int(name)) == sid and _alive(int(name)):
+                    out.append(int(name))
+            except OSError:
+                continue
+    return out
+
+
+def _wait_until(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+@pytest.mark.parametrize("uses", ["nothing", "forkserver"])
+def test_sigkill_of_the_launcher_takes_the_program_and_leaves_nothing_in_tmp(tmp_path, uses):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = f"""
+    import concurrent.futures as cf, multiprocessing as mp, os, sys, time
+    from opentelemetry import trace
+    trace.get_tracer("t").start_span("before").end()
+    if {uses!r} == "forkserver":
+        with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("forkserver")) as ex:
+            ex.submit(abs, 1).result()   # a task span: the run's exporter process starts
+    print(os.getpid(), flush=True)
+    time.sleep(60)
+    """
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "run", TMPDIR=tmp)
+    proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        program = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher alone
+        proc.wait(timeout=30)
+        assert _wait_until(lambda: not _alive(program), 10), "the program outlived its launcher"
+        # the exporter process flushes and ends once its control pipe closes (1 s + at most 5 s)
+        assert _wait_until(lambda: not _session_members(proc.pid), 15), _session_members(proc.pid)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("evlog")] == []
+
+
+def test_a_forkserver_run_leaves_nothing_in_tmp(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = """
+    import concurrent.futures as cf, multiprocessing as mp
+    ctx = mp.get_context("forkserver")
+    with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
+        sum(ex.map(abs, range(100)))
+    with ctx.Pool(2) as pool:
+        sum(pool.map(abs, range(100)))
+    """
+    run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run", TMPDIR=tmp), check=True)
+    time.sleep(1)  # the fork server ends after the program: it must not recreate a stats file then
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("evlog")] == []
+
+
+OS_EXIT = {
+    "main": """
+    import os
+    from opentelemetry import trace
+    [trace.get_tracer("x").start_span("s").end() for _ in range(9)]
+    os._exit(3)
+    """,
+    "spawn": """
+    import multiprocessing as mp, os, sys
+    from opentelemetry import trace
+
+    def child():
+        [trace.get_tracer("x").start_span("s").end() for _ in range(9)]
+        os._exit(3)
+
+    if __name__ == "__main__":
+        p = mp.get_context(sys.argv[1]).Process(target=child); p.start(); p.join()
+        sys.exit(p.exitcode)
+    """,
+}
+
+
+@pytest.mark.parametrize("kind", ["main", "spawn", "fork", "forkserver"])
+def test_os_exit_in_any_process_kind_keeps_its_spans_and_exit_code(tmp_path, kind):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(OS_EXIT["main" if kind == "main" else "spawn"]))
+    argv = [PYTHON, str(script)] + ([] if kind == "main" else [kind])
+    start = time.monotonic()
+    proc = run_instrumented(argv, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run", EVLOG_CONSUMERS="none"), timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 3, proc.stderr
+    spans = [s for s in read_run_folder(str(tmp_path / "run"))["spans"] if s["name"] == "s"]
+    assert len(spans) == 9, proc.stderr
+    summary = _summary(proc.stderr)
+    assert summary.startswith("evlog: 9 spans") or (kind != "main" and summary.startswith("evlog: 10 spans")), summary
+    assert "from 0 processes" not in summary and "dropped" not in summary, summary
+    assert took < 6.5, f"exit took {took:.1f} s (bound: 5 s)"  # loose: a flush to a local folder is quick
