@@ -1,10 +1,11 @@
-"""Every way out of a process flushes, and none waits long: atexit, SIGTERM, os._exit after fork.
+"""Every way out of a process flushes, and none waits long: atexit, SIGTERM, os._exit.
 
 - Normal exit and sys.exit: an atexit hook.
 - SIGTERM (pool terminate, nanny kill, the launcher forwarding a signal): if the program left SIGTERM
   at its default, a handler flushes and then dies by SIGTERM as before, so the exit status is unchanged.
-- Forked children (multiprocessing fork/forkserver, process pools, bare os.fork) leave by os._exit,
-  which skips atexit: in a forked child os._exit flushes first.
+- os._exit skips atexit: forked children (multiprocessing fork/forkserver, process pools, bare
+  os.fork) leave by it, and so may any program or spawn child; in every process os._exit flushes
+  first, then exits with the code it was given.
 The flush runs in a helper thread joined with a deadline, so a dead collector or a stuck exporter
 costs at most EXIT_TIMEOUT seconds (1 s once an export has already failed).
 """
@@ -139,7 +140,7 @@ def _die_by_sigterm():
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _exit_after_fork(code):
+def _exit_flushing(code):
     try:
         finish()
     finally:
@@ -150,14 +151,14 @@ def _after_fork_in_child() -> None:
     global _done_pid, _term_pending
     _done_pid = -1
     _term_pending = False
-    os._exit = _exit_after_fork
+    os._exit = _exit_flushing
 
 
 _installed = False
 
 
 def install() -> None:
-    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit in forked children."""
+    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit (here and in forked children)."""
     global _installed
     if _installed:
         return
@@ -169,6 +170,7 @@ def install() -> None:
                 signal.signal(signal.SIGTERM, _on_sigterm)
         except (ValueError, OSError):
             pass
+    os._exit = _exit_flushing
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -181,5 +183,5 @@ def uninstall() -> None:
     atexit.unregister(finish)
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if os._exit is _exit_after_fork:
+    if os._exit is _exit_flushing:
         os._exit = _real_exit
