@@ -246,7 +246,7 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
         try:
             from evlog import run
 
-            sys.stderr.write(run.summary(stats_file))
+            sys.stderr.write(run.summary(stats_file, -code if code < 0 else None))
         except Exception as exc:
             sys.stderr.write(f"evlog: no summary ({exc})\n")
         if not stats_file.startswith("/proc/"):  # a memfd goes with the launcher

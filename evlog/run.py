@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 from evlog import stats
 
@@ -98,19 +99,19 @@ def write_info(settings, path: str | None) -> None:
     stats.append_line(path, info)
 
 
-def summary(path: str) -> str:
-    """The one-paragraph summary from the stats file ('' when there is nothing to say)."""
+def summary(path: str, killed_by: int | None = None) -> str:
+    """The one-paragraph summary from the stats file ('' when there is nothing to say); ``killed_by``:
+    the signal that ended the program, if one did."""
     rows = stats.read_all(path)
     info = next((r for r in rows if r.get("info")), None)
     if info is None or not info.get("summary"):
         return ""
     total: dict[str, int] = {}
-    pids = set()
+    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}  # not one of the program's
+    pids = {r.get("pid") for r in rows if not r.get("info")} - exporters
     for r in rows:
         if r.get("info"):
             continue
-        if not r.get("exporter.processes"):  # the run's exporter process is not one of the program's
-            pids.add(r.get("pid"))
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
                 total[k] = total.get(k, 0) + v
@@ -128,6 +129,9 @@ def summary(path: str) -> str:
         text += f"; {dropped:,} dropped (could not be exported)"
     if console_dropped:
         text += f"; {console_dropped:,} console lines dropped (output faster than export)"
+    if killed_by and killed_by not in (signal.SIGTERM, signal.SIGINT):  # those two flush on the way out
+        text += (f"; the program was killed by {signal.Signals(killed_by).name}: what it made since its "
+                 f"last export (at most about 1 s) is lost")
     if info.get("run_dir") and spans + events + points:
         view = f"evlog view {_shell_path(info['run_dir'])}"
         if not _viewer_installed():

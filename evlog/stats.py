@@ -1,8 +1,9 @@
 """Per-process counters for the exit summary (spans, events, drops, ...).
 
 Counters are plain ints bumped without a lock: a lost increment under a race only blurs a summary
-figure, and the hot paths stay a single dict update. At exit each process appends one JSON line to
-the run's stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums.
+figure, and the hot paths stay a single dict update. Each process appends JSON lines to the run's
+stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums: what changed since its
+last line, after each export (so a process killed by SIGKILL has its exports counted) and at exit.
 
 The stats file is the launcher's memfd, which every process of the run opens as
 /proc/<launcher pid>/fd/<n>: it is gone with the launcher however the launcher ends (SIGKILL too), and a
@@ -21,15 +22,25 @@ def incr(name: str, n: int = 1) -> None:
     counters[name] = counters.get(name, 0) + n
 
 
+_written: dict[str, int] = {}  # the counters as of this process's last line
+
+
 def reset() -> None:
     counters.clear()
+    _written.clear()
 
 
-def write_process_line(path: str | None = None) -> None:
-    """Append this process's counters to the stats file."""
+def write_process_line(path: str | None = None, final: bool = True) -> None:
+    """Append what this process's counters gained since its last line to the stats file; ``final``
+    (at exit) writes a line even with nothing new, so the process is counted."""
     path = path or os.environ.get("EVLOG_STATS_FILE")
-    if path:
-        append_line(path, {"pid": os.getpid(), "time": time.time(), **counters})
+    if not path:
+        return
+    now = dict(counters)
+    delta = {k: v - _written.get(k, 0) for k, v in now.items() if v != _written.get(k, 0)}
+    if delta or final:
+        _written.update(now)
+        append_line(path, {"pid": os.getpid(), "time": time.time(), **delta})
 
 
 MEMFD_NAME = "evlog-stats-"

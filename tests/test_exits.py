@@ -138,3 +138,26 @@ def test_os_exit_in_any_process_kind_keeps_its_spans_and_exit_code(tmp_path, kin
     assert summary.startswith("evlog: 9 spans") or (kind != "main" and summary.startswith("evlog: 10 spans")), summary
     assert "from 0 processes" not in summary and "dropped" not in summary, summary
     assert took < 6.5, f"exit took {took:.1f} s (bound: 5 s)"  # loose: a flush to a local folder is quick
+
+
+def test_a_program_killed_by_sigkill_has_what_it_exported_counted(tmp_path):
+    code = """
+    import os, signal
+    from opentelemetry import trace, _logs
+    tracer, events = trace.get_tracer("t"), _logs.get_logger("e")
+    for i in range(9):
+        tracer.start_span("s").end()
+        events.emit(event_name="e", body={"i": i})
+    trace.get_tracer_provider().force_flush()   # as the periodic export would, within 1 s
+    _logs.get_logger_provider().force_flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+    """
+    run = tmp_path / "run"
+    proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=run, EVLOG_CONSUMERS="none"), timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL, proc.returncode
+    got = read_run_folder(str(run))
+    assert len([s for s in got["spans"] if s["name"] == "s"]) == 9
+    assert len([r for r in got["logs"] if r.get("event_name") == "e"]) == 9
+    summary = _summary(proc.stderr)
+    assert summary.startswith("evlog: 9 spans, 9 events and logs") and "from 1 process " in summary, summary
+    assert "the program was killed by SIGKILL" in summary, summary

@@ -141,6 +141,7 @@ class _Lazy:
         else:
             self.failed = True
             stats.incr(f"{self._signal}.failed", n)
+        stats.write_process_line(final=False)  # counted even if this process is killed before its exit
 
 
 def managed_span_exporter(make):
