@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import textwrap
 import time
@@ -161,3 +162,38 @@ def test_a_program_killed_by_sigkill_has_what_it_exported_counted(tmp_path):
     summary = _summary(proc.stderr)
     assert summary.startswith("evlog: 9 spans, 9 events and logs") and "from 1 process " in summary, summary
     assert "the program was killed by SIGKILL" in summary, summary
+
+
+UNREACHABLE = {
+    "traces": "from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()",
+    "logs": "from opentelemetry import _logs; _logs.get_logger('e').emit(event_name='e', body={'i': 1})",
+    "metrics": "from opentelemetry import metrics; metrics.get_meter('m').create_counter('c').add(1)",
+    "pool": """
+    import concurrent.futures as cf
+    if __name__ == "__main__":
+        with cf.ProcessPoolExecutor(2) as ex:
+            sum(ex.map(abs, range(100)))
+    """,
+}
+
+
+@pytest.mark.parametrize("made", sorted(UNREACHABLE))
+def test_an_unreachable_collector_bounds_exit_and_counts_what_is_dropped(tmp_path, made):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent(UNREACHABLE[made]))
+    start = time.monotonic()
+    subprocess.run([PYTHON, str(script)], check=True, timeout=60)
+    plain = time.monotonic() - start
+    with socket.socket() as s:  # a port nobody listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = evlog_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", EVLOG_CONSUMERS="none")
+    start = time.monotonic()
+    proc = run_instrumented([PYTHON, str(script)], env=env, timeout=60)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    summary = _summary(proc.stderr)
+    dropped = re.search(r"; ([\d,]+) dropped", summary)
+    assert dropped and int(dropped.group(1).replace(",", "")) >= (100 if made == "pool" else 1), summary
+    # README: 5 s at most per process, 1 s once the collector is known unreachable; loose, for a busy machine
+    assert took - plain < 6.5, f"evlog added {took - plain:.1f} s at exit"

@@ -94,7 +94,7 @@ def finish() -> None:
         if not flush(timeout):
             from . import sdk
 
-            stats.incr("dropped.at_exit", sdk.queued())
+            stats.incr("dropped.at_exit", sdk.queued() + select.abandon())
             if not select.any_failed():  # a failing exporter was reported already
                 _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
         full = stats.counters.get("dropped.queue_full", 0)

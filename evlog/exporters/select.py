@@ -108,6 +108,17 @@ def any_failed() -> bool:
     return _noted[0] or any(e.failed for e in _all)
 
 
+def abandon() -> int:
+    """Exit stops waiting for this process's exports under way (a collector that does not answer):
+    their items are dropped, counted here once; returns how many."""
+    n = 0
+    for e in _all:
+        if e._pid == os.getpid() and e.in_flight:
+            e.abandoned = True
+            n += e.in_flight
+    return n
+
+
 class _Lazy:
     """Shared part of the managed exporters: build per process on first use; count what passes."""
 
@@ -118,6 +129,8 @@ class _Lazy:
         self._inner = None
         self._pid = -1
         self.failed = False
+        self.in_flight = 0  # items of the export under way (lost if exit stops waiting for it)
+        self.abandoned = False  # exit gave up on it: its in-flight items are counted as dropped already
 
     def inner(self):
         pid = os.getpid()
@@ -134,6 +147,9 @@ class _Lazy:
         return self._inner
 
     def counted(self, n: int, ok: bool) -> None:
+        self.in_flight = 0
+        if self.abandoned:
+            return
         if ok:
             stats.incr(f"{self._signal}.exported", n)
             if self.failed or _noted[0]:  # it answers again
@@ -154,6 +170,7 @@ def managed_span_exporter(make):
         def export(self, spans):
             inner = self.inner()
             ok = False
+            self.in_flight = len(spans)
             if inner is not None:
                 try:
                     ok = inner.export(spans) == SpanExportResult.SUCCESS
@@ -182,6 +199,7 @@ def managed_log_exporter(make):
         def export(self, batch):
             inner = self.inner()
             ok = False
+            self.in_flight = len(batch)
             if inner is not None:
                 try:
                     ok = inner.export(batch).name == "SUCCESS"
@@ -224,6 +242,7 @@ def managed_metric_exporter(make):
                 return MetricExportResult.SUCCESS  # nothing to send: no reason to build an exporter
             inner = self.inner()
             ok = False
+            self.in_flight = n
             if inner is not None:
                 try:
                     ok = inner.export(metrics_data, timeout_millis=timeout_millis) == MetricExportResult.SUCCESS
