@@ -58,7 +58,7 @@ def prepare(settings, environ, service: str):
         _report.warn_once(f"config-{p}", p)
     environ["EVLOG_CONFIG_REPORTED"] = "1"
     environ["EVLOG_PREPARED"] = "1"
-    if settings.exporters.embedded and not settings.sdk_disabled:
+    if settings.exporters.run_folder and not settings.sdk_disabled:
         run_dir = settings.run_dir
         try:
             if run_dir:
@@ -94,7 +94,7 @@ def write_info(settings, path: str | None) -> None:
         "info": True,
         "summary": settings.summary and not settings.sdk_disabled,
         "where": select.describe(settings),
-        "run_dir": settings.run_dir if settings.exporters.embedded else None,
+        "run_dir": settings.run_dir if settings.exporters.run_folder else None,
     }
     stats.append_line(path, info)
 

@@ -197,3 +197,19 @@ def test_an_unreachable_collector_bounds_exit_and_counts_what_is_dropped(tmp_pat
     assert dropped and int(dropped.group(1).replace(",", "")) >= (100 if made == "pool" else 1), summary
     # README: 5 s at most per process, 1 s once the collector is known unreachable; loose, for a busy machine
     assert took - plain < 6.5, f"evlog added {took - plain:.1f} s at exit"
+
+
+@pytest.mark.parametrize("how", ["launcher", "configure"])
+def test_file_exporter_without_a_run_dir_means_the_run_folder(tmp_path, how):
+    code = "from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()"
+    env = evlog_env(OTEL_TRACES_EXPORTER="file", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
+    if how == "launcher":
+        proc = run_instrumented(code, env=env, cwd=tmp_path, timeout=60)
+    else:
+        proc = subprocess.run([PYTHON, "-c", "import evlog; evlog.configure(); " + code], env=env, cwd=tmp_path,
+                              capture_output=True, timeout=60)
+    assert proc.returncode == 0 and b"evlog: exporting" not in proc.stderr, proc.stderr
+    (run,) = (tmp_path / "evlog-runs").iterdir()
+    assert [s["name"] for s in read_run_folder(str(run))["spans"]] == ["s"]
+    if how == "launcher":
+        assert _summary(proc.stderr).startswith(f"evlog: 1 spans, 0 events and logs, 0 metric points from 1 process -> {run}")

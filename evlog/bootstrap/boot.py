@@ -45,7 +45,7 @@ def _start(settings, capture) -> bool:
     elif not os.environ.get("EVLOG_CONFIG_REPORTED"):
         for p in settings.problems:
             _report.warn_once(f"config-{p}", p)
-    if settings.run_dir is None and settings.exporters.embedded and not settings.sdk_disabled:
+    if settings.run_dir is None and settings.exporters.run_folder and not settings.sdk_disabled:
         from evlog import run  # evlog.configure() or opentelemetry-instrument: this process makes the folder
 
         run_dir = run.default_run_dir(os.getcwd(), _service())

@@ -76,7 +76,9 @@ def describe(settings) -> str:
     kinds = sorted({k for s in ("traces", "metrics", "logs") for k in ex.for_signal(s)})
     parts = []
     for k in kinds:
-        if k == "otlp":
+        if k == "file":
+            parts.append(settings.run_dir or "the run folder")
+        elif k == "otlp":
             parts.append(f"OTLP {ex.protocol['traces']} {ex.endpoint or _default_endpoint(ex.protocol['traces'])}")
         else:
             parts.append(k)
