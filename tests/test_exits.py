@@ -213,3 +213,19 @@ def test_file_exporter_without_a_run_dir_means_the_run_folder(tmp_path, how):
     assert [s["name"] for s in read_run_folder(str(run))["spans"]] == ["s"]
     if how == "launcher":
         assert _summary(proc.stderr).startswith(f"evlog: 1 spans, 0 events and logs, 0 metric points from 1 process -> {run}")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_https_to_a_plain_port_gets_one_full_message_and_no_raw_grpc_lines(otlp_receiver, protocol):
+    env = otlp_receiver.env(protocol)
+    env = evlog_env({k: v for k, v in env.items() if k != "OTEL_EXPORTER_OTLP_INSECURE"}, EVLOG_CONSUMERS="none")
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = env["OTEL_EXPORTER_OTLP_ENDPOINT"].replace("http://", "https://")
+    proc = run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()",
+                            env=env, timeout=60)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 0 and all(l.startswith("evlog: ") for l in lines), lines
+    (failed,) = [l for l in lines if l.startswith("evlog: exporting failed (")]
+    assert "WRONG_VERSION_NUMBER" in failed
+    assert failed.endswith("); the endpoint is https:// but the collector's port does not speak TLS: use http:// "
+                           "for a plain port; retries are bounded, what cannot be sent is dropped and counted"), failed
+    assert _summary(proc.stderr).endswith("; 1 dropped (could not be exported)")

@@ -42,7 +42,13 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
         run_dir = settings.run_dir
         return lambda: _runfolder(signal, run_dir)
     if kind == "otlp":
-        module, cls = SIGNAL_OTLP[(signal, settings.exporters.protocol[signal])]
+        protocol = settings.exporters.protocol[signal]
+        module, cls = SIGNAL_OTLP[(signal, protocol)]
+        if protocol == "grpc":
+            # gRPC's C core writes its own lines (a failed TLS handshake, ...) to stderr at its INFO
+            # level; evlog reports the export error itself. GRPC_VERBOSITY=ERROR is gRPC's documented
+            # default, and a user's value wins.
+            os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
         return lambda: _import(module, cls)()
     if kind == "console":
         module, cls = CONSOLE[signal]
