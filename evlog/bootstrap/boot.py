@@ -31,6 +31,11 @@ def start(settings: config.Settings | None = None, *, capture: bool | None = Non
             _leave()
 
 
+def started() -> bool:
+    """Has set-up run in this process (whatever its outcome)?"""
+    return _started_pid == os.getpid()
+
+
 def _start(settings, capture) -> bool:
     # The owner is the launched program's own process (same pid as the launcher's child).
     owner = os.environ.get("EVLOG_OWNER_PID") == str(os.getpid())
