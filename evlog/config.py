@@ -107,6 +107,11 @@ class Exporters(_Record):
     def for_signal(self, signal: str) -> tuple[str, ...]:
         return getattr(self, signal)
 
+    @property
+    def run_folder(self) -> bool:
+        """Does a signal go to the run folder (the embedded default, or `file` named for one)?"""
+        return self.embedded or any("file" in self.for_signal(s) for s in SIGNALS)
+
 
 class Settings(_Record):
     FIELDS = {

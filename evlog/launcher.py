@@ -20,6 +20,7 @@ a run folder under ./evlog-runs/ (see `evlog view`). Configuration: OTEL_* and E
 and ./evlog.yaml or the file named by EVLOG_CONFIG.
 """
 SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap", "site")
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -97,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         run_id = os.urandom(16).hex()
         env["EVLOG_RUN_ID"] = run_id
         env.setdefault("EVLOG_SERVICE_NAME", service_from_command(argv))
-        stats_file = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"evlog-stats-{run_id}.jsonl")
+        from evlog import stats
+
+        stats_file = stats.new_file(run_id, os.environ.get("TMPDIR") or "/tmp")[0]  # its memfd stays open till exit
         env["EVLOG_STATS_FILE"] = stats_file
         if not _is_python(exe):
             _prepare_here(env)
@@ -188,10 +191,26 @@ def _wait(pid: int, listener, env: dict):
             continue
 
 
+def _die_with(launcher: int) -> None:
+    """In the child before exec: die by SIGKILL when the launcher dies (PR_SET_PDEATHSIG, kept across
+    exec), as a program the launcher exec'd would die with it. If the launcher died before the setting
+    took, the child is already an orphan: it dies now."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:  # not Linux: the program outlives a killed launcher, as before
+        return
+    if os.getppid() != launcher:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
     listener = _listen(env) if stats_file else None
+    launcher = os.getpid()
     pid = os.fork()
     if pid == 0:  # the child: becomes COMMAND, and owns the run under its own pid
+        _die_with(launcher)
         try:
             env["EVLOG_OWNER_PID"] = str(os.getpid())
             os.execve(exe, argv, env)
@@ -227,13 +246,14 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
         try:
             from evlog import run
 
-            sys.stderr.write(run.summary(stats_file))
+            sys.stderr.write(run.summary(stats_file, -code if code < 0 else None))
         except Exception as exc:
             sys.stderr.write(f"evlog: no summary ({exc})\n")
-        try:
-            os.unlink(stats_file)
-        except OSError:
-            pass
+        if not stats_file.startswith("/proc/"):  # a memfd goes with the launcher
+            try:
+                os.unlink(stats_file)
+            except OSError:
+                pass
     return 128 - code if code < 0 else code
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 from evlog import stats
 
@@ -57,7 +58,7 @@ def prepare(settings, environ, service: str):
         _report.warn_once(f"config-{p}", p)
     environ["EVLOG_CONFIG_REPORTED"] = "1"
     environ["EVLOG_PREPARED"] = "1"
-    if uses_run_folder(settings) and not settings.sdk_disabled:
+    if settings.exporters.run_folder and not settings.sdk_disabled:
         run_dir = settings.run_dir
         try:
             if run_dir:
@@ -83,12 +84,6 @@ def prepare(settings, environ, service: str):
     return settings
 
 
-def uses_run_folder(settings) -> bool:
-    """Does any signal go to the run folder (the embedded default, or an exporter named ``file``)?"""
-    ex = settings.exporters
-    return ex.embedded or any("file" in ex.for_signal(s) for s in ("traces", "metrics", "logs"))
-
-
 def write_info(settings, path: str | None) -> None:
     """The run's description for the launcher's summary, as the stats file's info line."""
     if not path:
@@ -99,24 +94,24 @@ def write_info(settings, path: str | None) -> None:
         "info": True,
         "summary": settings.summary and not settings.sdk_disabled,
         "where": select.describe(settings),
-        "run_dir": settings.run_dir if uses_run_folder(settings) else None,
+        "run_dir": settings.run_dir if settings.exporters.run_folder else None,
     }
     stats.append_line(path, info)
 
 
-def summary(path: str) -> str:
-    """The one-paragraph summary from the stats file ('' when there is nothing to say)."""
+def summary(path: str, killed_by: int | None = None) -> str:
+    """The one-paragraph summary from the stats file ('' when there is nothing to say); ``killed_by``:
+    the signal that ended the program, if one did."""
     rows = stats.read_all(path)
     info = next((r for r in rows if r.get("info")), None)
     if info is None or not info.get("summary"):
         return ""
     total: dict[str, int] = {}
-    pids = set()
+    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}  # not one of the program's
+    pids = {r.get("pid") for r in rows if not r.get("info")} - exporters
     for r in rows:
         if r.get("info"):
             continue
-        if not r.get("exporter.processes"):  # the run's exporter process is not one of the program's
-            pids.add(r.get("pid"))
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
                 total[k] = total.get(k, 0) + v
@@ -134,6 +129,9 @@ def summary(path: str) -> str:
         text += f"; {dropped:,} dropped (could not be exported)"
     if console_dropped:
         text += f"; {console_dropped:,} console lines dropped (output faster than export)"
+    if killed_by and killed_by not in (signal.SIGTERM, signal.SIGINT):  # those two flush on the way out
+        text += (f"; the program was killed by {signal.Signals(killed_by).name}: what it made since its "
+                 f"last export (at most about 1 s) is lost")
     if info.get("run_dir") and spans + events + points:
         view = f"evlog view {_shell_path(info['run_dir'])}"
         if not _viewer_installed():

@@ -1,8 +1,14 @@
 """Per-process counters for the exit summary (spans, events, drops, ...).
 
 Counters are plain ints bumped without a lock: a lost increment under a race only blurs a summary
-figure, and the hot paths stay a single dict update. At exit each process appends one JSON line to
-the run's stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums.
+figure, and the hot paths stay a single dict update. Each process appends JSON lines to the run's
+stats file (EVLOG_STATS_FILE, set by the launcher), which the launcher sums: what changed since its
+last line, after each export (so a process killed by SIGKILL has its exports counted) and at exit.
+
+The stats file is the launcher's memfd, which every process of the run opens as
+/proc/<launcher pid>/fd/<n>: it is gone with the launcher however the launcher ends (SIGKILL too), and a
+process that writes after the summary (a forkserver ending last) finds nothing to recreate. Without
+memfd or /proc it is a file in the temp dir, removed by the launcher after the summary.
 """
 from __future__ import annotations
 
@@ -10,13 +16,14 @@ import os
 import time
 
 counters: dict[str, int] = {}
-_written: dict[str, int] = {}  # what this process's lines so far have added up to
-_last_progress = [0.0]
-PROGRESS_S = 1.0  # at most one progress line per process and second
+_progress = [True]  # write progress lines (after each export)
 
 
 def incr(name: str, n: int = 1) -> None:
     counters[name] = counters.get(name, 0) + n
+
+
+_written: dict[str, int] = {}  # the counters as of this process's last line
 
 
 def reset() -> None:
@@ -24,14 +31,15 @@ def reset() -> None:
     _written.clear()
 
 
-def write_process_line(path: str | None = None) -> None:
-    """Append what this process's counters gained since its last line to the stats file (the launcher
-    sums the lines): at exit, and as progress (``progress``), so a process killed with SIGKILL or leaving
-    by os._exit still counts what it exported until then."""
+def write_process_line(path: str | None = None, final: bool = True) -> None:
+    """Append what this process's counters gained since its last line to the stats file; ``final``
+    (at exit) writes a line even with nothing new, so the process is counted."""
     path = path or os.environ.get("EVLOG_STATS_FILE")
-    if path:
-        now = dict(counters)
-        delta = {k: v - _written.get(k, 0) for k, v in now.items() if v != _written.get(k, 0)}
+    if not path:
+        return
+    now = dict(counters)
+    delta = {k: v - _written.get(k, 0) for k, v in now.items() if v != _written.get(k, 0)}
+    if delta or final:
         _written.update(now)
         append_line(path, {"pid": os.getpid(), "time": time.time(), **delta})
 
@@ -39,23 +47,48 @@ def write_process_line(path: str | None = None) -> None:
 def no_progress() -> None:
     """This process reports its counters through another (the console relay through the program it
     serves): no progress lines of its own."""
-    global PROGRESS_S
-    PROGRESS_S = float("inf")
+    _progress[0] = False
 
 
 def progress() -> None:
-    """A progress line, at most every PROGRESS_S seconds (called after each export)."""
-    t = time.monotonic()
-    if t - _last_progress[0] >= PROGRESS_S:
-        _last_progress[0] = t
-        write_process_line()
+    """A progress line (after each export: one append beside a whole export)."""
+    if _progress[0]:
+        write_process_line(final=False)
+
+
+MEMFD_NAME = "evlog-stats-"
+
+
+def new_file(run_id: str, tmpdir: str) -> tuple[str, int | None]:
+    """A new stats file for a run: its path for EVLOG_STATS_FILE and the memfd to keep open (None for a
+    file in ``tmpdir``, which the caller removes)."""
+    try:
+        fd = os.memfd_create(MEMFD_NAME + run_id)
+    except (AttributeError, OSError):
+        return os.path.join(tmpdir, f"{MEMFD_NAME}{run_id}.jsonl"), None
+    path = f"/proc/{os.getpid()}/fd/{fd}"
+    if not _ours(path):  # no /proc here
+        os.close(fd)
+        return os.path.join(tmpdir, f"{MEMFD_NAME}{run_id}.jsonl"), None
+    return path, fd
+
+
+def _ours(path: str) -> bool:
+    """Is ``path`` (/proc/PID/fd/N) still a run's stats memfd, not a file of a process that got the pid?"""
+    try:
+        return os.readlink(path).startswith("/memfd:" + MEMFD_NAME)
+    except OSError:
+        return False
 
 
 def append_line(path: str, row: dict) -> None:
     """One JSON line in one write (O_APPEND: never torn, whatever other processes do)."""
     line = _dumps(row) + "\n"
+    proc = path.startswith("/proc/")
+    if proc and not _ours(path):
+        return  # the launcher is gone: nobody will read it
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | (0 if proc else os.O_CREAT), 0o600)
         try:
             os.write(fd, line.encode())
         finally:

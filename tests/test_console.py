@@ -262,6 +262,29 @@ def test_progress_bars_repeats_and_empty_lines_are_condensed(otlp_receiver):
     assert rows[2]["attributes"][ATTR_REPEATED] == 499
 
 
+HUGE_LINE = """
+import sys
+print("before", flush=True)
+sys.stdout.write("x" * int(sys.argv[1]) + "\\n")
+sys.stdout.flush()
+for i in range(6):
+    print(f"after-{i}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("size", [1_000_000, 10_000_000])
+def test_a_huge_line_is_cut_and_the_lines_after_it_are_kept(tmp_path, size):
+    script = tmp_path / "huge.py"
+    script.write_text(HUGE_LINE)
+    env = evlog_env(EVLOG_CAPTURE="enabled", EVLOG_RUN_DIR=tmp_path / "run", EVLOG_CONSUMERS="none")
+    proc = ok(run_instrumented([PYTHON, str(script), str(size)], env=env))
+    assert len(proc.stdout) == len("before\n") + size + 1 + 6 * len("after-0\n")  # the terminal gets every byte
+    got = lines(read_run_folder(str(tmp_path / "run"))["logs"])
+    cut = "x" * 8192 + f" [evlog: line truncated, {size - 8192} more bytes]"
+    assert got == ["before", cut] + [f"after-{i}" for i in range(6)], [g[:80] for g in got]
+    assert "dropped" not in proc.stderr.decode(), proc.stderr
+
+
 SECRETS = r"""
 import json
 print("login password=swordfish user=bob")

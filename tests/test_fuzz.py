@@ -12,8 +12,12 @@
   ``str`` raises, NaN, bytes, sets, huge integers, cycles, deep nesting, huge strings. Nothing raises,
   and every event is in the run folder, with plain metadata unchanged.
 
-The EVLOG_* variables and the YAML file are fuzzed in test_config.py, /LOGCOMMAND lines in
-test_console_parse.py.
+- A program under evlog-instrument with one setting made bad (an OTEL_*/EVLOG_* variable with any
+  text, or an evlog.yaml with any value for a key, or any text): it runs to its end with its exit
+  code, and each signal it makes (a span, an event, a metric point) is in the run folder.
+
+The EVLOG_* variables and the YAML file are also fuzzed in test_config.py (settings only, many more
+examples), /LOGCOMMAND lines in test_console_parse.py.
 """
 from __future__ import annotations
 
@@ -28,9 +32,9 @@ import urllib.error
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from helpers import PYTHON, evlog_env, read_run_folder
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from test_load import ServeProcess
 
 pytest.importorskip("grpc")
@@ -574,7 +578,7 @@ EVENTS_PROGRAM = r'''
 import enum, json, sys
 import evlog
 from evlog.bridge import record
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 evlog.configure(run_dir=sys.argv[1], consumers="none")
 EXAMPLES = int(sys.argv[2])
@@ -711,3 +715,70 @@ def test_event_metadata_of_any_shape_never_raises_and_is_written(tmp_path):
     assert math.isnan(b["nan"]) and b["bytes"] == b"\x00\xff" and b["set"] == [3] and b["big"] == str(2**70)
     assert b["obj"] == "<Unprintable>" and isinstance(b["bad"], str)
     assert len(logs) == 4 * n + 2, f"{len(logs)} records for {n} examples"
+
+
+# -- one bad setting, a whole program ------------------------------------------------------------
+
+ONE_OF_EACH = """
+from opentelemetry import trace, _logs, metrics
+trace.get_tracer("t").start_span("fuzz.span").end()
+_logs.get_logger("e").emit(event_name="fuzz.event", body={"i": 1})
+metrics.get_meter("m").create_counter("fuzz.counter").add(1)
+print("ran", flush=True)
+raise SystemExit(7)
+"""
+# Settings a user may set to send a signal elsewhere or nowhere on purpose are left out: any value of these
+# must leave every signal going to the run folder.
+SETTING_VARS = ["EVLOG_CAPTURE", "EVLOG_CONSUMERS", "EVLOG_REDACT", "EVLOG_SUMMARY", "EVLOG_DASK_TRANSITIONS",
+                "EVLOG_POOL_SPANS", "OTEL_TRACES_SAMPLER_ARG", "OTEL_RESOURCE_ATTRIBUTES", "OTEL_SERVICE_NAME",
+                "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "EVLOG_CONFIG",
+                "OTEL_BSP_SCHEDULE_DELAY", "OTEL_BSP_EXPORT_TIMEOUT", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+                "OTEL_BLRP_SCHEDULE_DELAY", "OTEL_BLRP_EXPORT_TIMEOUT", "OTEL_BLRP_MAX_EXPORT_BATCH_SIZE",
+                "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRIC_EXPORT_TIMEOUT"]
+YAML_KEYS = ["capture", "consumers", "redact", "dask_transitions", "summary", "pool_spans", "run_dir", "captur"]
+_yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6)
+PROGRAM_FUZZ = settings(max_examples=15, deadline=None, database=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def _runs_with_every_signal(tmp_path, extra_env: dict, yaml_text: str | None = None) -> None:
+    import shutil
+    import uuid
+
+    work = tmp_path / uuid.uuid4().hex
+    work.mkdir()
+    run = work / "run"
+    if yaml_text is not None:
+        (work / "evlog.yaml").write_text(yaml_text, encoding="utf-8", errors="surrogateescape")
+    env = evlog_env(extra_env)
+    env.setdefault("EVLOG_RUN_DIR", str(run))
+    proc = run_instrumented(ONE_OF_EACH, env=env, cwd=str(work), timeout=60)
+    try:
+        assert proc.returncode == 7 and proc.stdout.startswith(b"ran\n"), (extra_env, yaml_text, proc.stderr)
+        assert b"Traceback" not in proc.stderr, proc.stderr
+        got = read_run_folder(str(run))
+        assert "fuzz.span" in {x["name"] for x in got["spans"]}, (extra_env, yaml_text, proc.stderr)
+        assert "fuzz.event" in {x.get("event_name") for x in got["logs"]}, (extra_env, yaml_text, proc.stderr)
+        assert "fuzz.counter" in {x["name"] for x in got["metrics"]}, (extra_env, yaml_text, proc.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@PROGRAM_FUZZ
+@example("OTEL_BSP_SCHEDULE_DELAY", "-5")  # issue 21: 0 spans and 0 metric points
+@example("OTEL_METRIC_EXPORT_INTERVAL", "-5")
+@example("EVLOG_CONSUMERS", "foo,bar")
+@given(st.sampled_from(SETTING_VARS), st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                                                   blacklist_characters="\x00"), max_size=30))
+def test_one_bad_variable_never_stops_the_program_nor_silences_a_signal(tmp_path, var, value):
+    _runs_with_every_signal(tmp_path, {var: value})
+
+
+@PROGRAM_FUZZ
+@given(st.one_of(st.text(max_size=200),
+                 st.builds(lambda k, v: json.dumps({k: v}), st.sampled_from(YAML_KEYS), _yaml_values)))
+def test_any_yaml_file_never_stops_the_program_nor_silences_a_signal(tmp_path, text):
+    _runs_with_every_signal(tmp_path, {}, text)

@@ -261,6 +261,32 @@ def test_opentelemetry_instrument_finds_the_evlog_distro(tmp_path):
     assert span["name"] == "via-otel" and span["resource"]["telemetry.distro.name"] == "evlog"
 
 
+OTHER_CONFIGURATOR = ("evlog: opentelemetry-instrument set the SDK up with another installed distro's configurator, "
+                      "so evlog records nothing; set OTEL_PYTHON_DISTRO=evlog, or run evlog-instrument instead")
+
+
+@pytest.mark.parametrize("distro", [None, "evlog"])
+def test_opentelemetry_instrument_with_another_distro_installed_records_or_says_what_to_set(tmp_path, distro):
+    otel = os.path.join(os.path.dirname(sys.executable), "opentelemetry-instrument")
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", **({"OTEL_PYTHON_DISTRO": distro} if distro else {}))
+    code = """
+    import concurrent.futures as cf
+    from opentelemetry import trace
+    if __name__ == "__main__":
+        trace.get_tracer("t").start_span("via-otel").end()
+        with cf.ProcessPoolExecutor(2) as ex:
+            sum(ex.map(abs, range(10)))
+    """
+    proc = subprocess.run([otel, PYTHON, "-c", textwrap.dedent(code)], env=env, timeout=60, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    spans = read_run_folder(str(tmp_path / "r"))["spans"] if (tmp_path / "r").exists() else []
+    evlog_lines = [l for l in proc.stderr.decode().splitlines() if l.startswith("evlog:")]
+    if distro or spans:  # evlog's distro was named, or came first in the entry-point scan
+        assert "via-otel" in {s["name"] for s in spans} and evlog_lines == [], proc.stderr
+    else:  # opentelemetry-distro's configurator won: one message, not one per process
+        assert evlog_lines == [OTHER_CONFIGURATOR], proc.stderr
+
+
 FAKE_INSTRUMENTORS = {
     "fakeinst.py": """
         import os

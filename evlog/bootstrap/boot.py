@@ -31,6 +31,11 @@ def start(settings: config.Settings | None = None, *, capture: bool | None = Non
             _leave()
 
 
+def started() -> bool:
+    """Has set-up run in this process (whatever its outcome)?"""
+    return _started_pid == os.getpid()
+
+
 def _start(settings, capture) -> bool:
     # The owner is the launched program's own process (same pid as the launcher's child).
     owner = os.environ.get("EVLOG_OWNER_PID") == str(os.getpid())
@@ -45,7 +50,7 @@ def _start(settings, capture) -> bool:
     elif not os.environ.get("EVLOG_CONFIG_REPORTED"):
         for p in settings.problems:
             _report.warn_once(f"config-{p}", p)
-    if settings.run_dir is None and settings.exporters.embedded and not settings.sdk_disabled:
+    if settings.run_dir is None and settings.exporters.run_folder and not settings.sdk_disabled:
         from evlog import run  # evlog.configure() or opentelemetry-instrument: this process makes the folder
 
         run_dir = run.default_run_dir(os.getcwd(), _service())

@@ -1,10 +1,11 @@
-"""Every way out of a process flushes, and none waits long: atexit, SIGTERM, os._exit after fork.
+"""Every way out of a process flushes, and none waits long: atexit, SIGTERM, os._exit.
 
 - Normal exit and sys.exit: an atexit hook.
 - SIGTERM (pool terminate, nanny kill, the launcher forwarding a signal): if the program left SIGTERM
   at its default, a handler flushes and then dies by SIGTERM as before, so the exit status is unchanged.
-- os._exit skips atexit: forked children (multiprocessing fork/forkserver, process pools, bare os.fork)
-  leave by it, and programs call it to leave at once: in every process os._exit flushes first.
+- os._exit skips atexit: forked children (multiprocessing fork/forkserver, process pools, bare
+  os.fork) leave by it, and so may any program or spawn child; in every process os._exit flushes
+  first, then exits with the code it was given.
 The flush runs in a helper thread joined with a deadline, so a dead collector or a stuck exporter
 costs at most EXIT_TIMEOUT seconds (1 s once an export has already failed).
 """
@@ -91,8 +92,12 @@ def finish() -> None:
         start = time.monotonic()
         timeout = max(0.05, min(timeout, _exit_by[0] - start))
         flushed = flush(timeout)
-        if not flushed and not select.any_failed():  # a failing exporter was reported already
-            _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
+        if not flushed:
+            # exports still under way are given up: their metric points are counted here, their spans and
+            # log records with the rest of what was never sent (sdk.unsent, after the shutdown)
+            stats.incr("dropped.at_exit", select.abandon().get("metrics", 0))
+            if not select.any_failed():  # a failing exporter was reported already
+                _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
         left = timeout - (time.monotonic() - start)
         # once an export has failed there is nothing to wait for: a failing exporter's shutdown only
         # stops its retries (flush() cut its own wait short for the same reason)
@@ -141,7 +146,7 @@ def _die_by_sigterm():
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _exit_after_fork(code):
+def _exit_flushing(code):
     try:
         finish()
     finally:
@@ -152,26 +157,26 @@ def _after_fork_in_child() -> None:
     global _done_pid, _term_pending
     _done_pid = -1
     _term_pending = False
-    os._exit = _exit_after_fork
+    os._exit = _exit_flushing
 
 
 _installed = False
 
 
 def install() -> None:
-    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit."""
+    """Hook atexit, SIGTERM (if at its default, main thread only) and os._exit (in every process)."""
     global _installed
     if _installed:
         return
     _installed = True
     atexit.register(finish)
-    os._exit = _exit_after_fork  # os._exit skips atexit: in any process, it flushes first (bounded)
     if threading.current_thread() is threading.main_thread():
         try:
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
                 signal.signal(signal.SIGTERM, _on_sigterm)
         except (ValueError, OSError):
             pass
+    os._exit = _exit_flushing  # os._exit skips atexit: in any process, it flushes first (bounded)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -184,5 +189,5 @@ def uninstall() -> None:
     atexit.unregister(finish)
     if signal.getsignal(signal.SIGTERM) is _on_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if os._exit is _exit_after_fork:
+    if os._exit is _exit_flushing:
         os._exit = _real_exit

@@ -2,19 +2,47 @@
 
 The instrumentors defer to evlog's post-import hooks, so opentelemetry-instrument imports none of the
 target libraries at start-up.
+
+With another distro installed (opentelemetry-distro, which the test extras bring), opentelemetry-instrument
+takes the first distro and the first configurator its entry-point scan finds, in the order the
+packages happen to be listed on disk; the one that loses is skipped with a line of its own logger.
+Nothing of evlog runs before that choice, so evlog cannot make itself win in every order:
+- when evlog's distro is the one taken, it names evlog's configurator (OTEL_PYTHON_CONFIGURATOR, unless
+  the user set one), so the configurators' order no longer matters;
+- when another configurator set the SDK up, evlog's instrumentors (which opentelemetry-instrument loads
+  after the configurators) say once what to set, rather than record nothing in silence.
 """
 from __future__ import annotations
+
+import os
 
 from opentelemetry.instrumentation.distro import BaseDistro
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk._configuration import _BaseConfigurator
 
+_REPORTED = "EVLOG_OTHER_CONFIGURATOR_REPORTED"  # inherited: the run's children do not repeat the message
+
 
 class EvlogDistro(BaseDistro):
-    """Nothing to pre-set: evlog's defaults are applied where the variables are read."""
+    """Names evlog's configurator; evlog's defaults are applied where the variables are read."""
 
     def _configure(self, **kwargs):
-        pass
+        os.environ.setdefault("OTEL_PYTHON_CONFIGURATOR", "evlog")
+
+
+def _check_configured() -> None:
+    """Called as opentelemetry-instrument loads evlog's instrumentors, after its configurators ran."""
+    from . import boot
+
+    chosen = os.environ.get("OTEL_PYTHON_CONFIGURATOR", "").strip()
+    if boot.started() or os.environ.get(_REPORTED) or (chosen and chosen != "evlog"):
+        return  # evlog is set up, or the user chose another configurator on purpose
+    os.environ[_REPORTED] = "1"
+    from evlog import _report
+
+    _report.warn_once("other-configurator", "opentelemetry-instrument set the SDK up with another installed "
+                      "distro's configurator, so evlog records nothing; set OTEL_PYTHON_DISTRO=evlog, or run "
+                      "evlog-instrument instead")
 
 
 class EvlogConfigurator(_BaseConfigurator):
@@ -36,6 +64,7 @@ def _deferred(name: str):
         def _instrument(self, **kwargs):
             from . import boot
 
+            _check_configured()
             boot.when_imported(module, boot._activator(name, target), after_otel=True)
 
         def _uninstrument(self, **kwargs):

@@ -426,12 +426,24 @@ def _to_report(record) -> None:
         return
     if record.levelno < 30:  # below logging.WARNING
         return
-    first = (msg.splitlines()[0] if msg else record.name)[:300]
+    first = _clip(msg.splitlines()[0] if msg else record.name)
     if record.name.startswith("opentelemetry.exporter"):
         select.note_failure()
         _report.warn_once(
             "export",
-            f"exporting failed ({first}); retries are bounded, what cannot be sent is dropped and counted",
+            f"exporting failed ({first}){_hint(first)}; retries are bounded, what cannot be sent is dropped and counted",
         )
         return
     _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
+
+
+def _clip(text: str, limit: int = 1000) -> str:
+    """At most ``limit`` characters, cut between words."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " [...]"
+
+
+def _hint(error: str) -> str:
+    """What to do about an export error whose cause is known from its text."""
+    if "WRONG_VERSION_NUMBER" in error.upper():  # TLS spoken to a port that does not speak it
+        return "; the endpoint is https:// but the collector's port does not speak TLS: use http:// for a plain port"
+    return ""

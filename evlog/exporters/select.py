@@ -42,7 +42,13 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
         run_dir = settings.run_dir
         return lambda: _runfolder(signal, run_dir)
     if kind == "otlp":
-        module, cls = SIGNAL_OTLP[(signal, settings.exporters.protocol[signal])]
+        protocol = settings.exporters.protocol[signal]
+        module, cls = SIGNAL_OTLP[(signal, protocol)]
+        if protocol == "grpc":
+            # gRPC's C core writes its own lines (a failed TLS handshake, ...) to stderr at its INFO
+            # level; evlog reports the export error itself. GRPC_VERBOSITY=ERROR is gRPC's documented
+            # default, and a user's value wins.
+            os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
         def make():
             return _import(module, cls)()
@@ -81,10 +87,10 @@ def describe(settings) -> str:
     kinds = sorted({k for s in ("traces", "metrics", "logs") for k in ex.for_signal(s)})
     parts = []
     for k in kinds:
-        if k == "otlp":
-            parts.append(f"OTLP {ex.protocol['traces']} {ex.endpoint or _default_endpoint(ex.protocol['traces'])}")
-        elif k == "file":
+        if k == "file":
             parts.append(settings.run_dir or "the run folder")
+        elif k == "otlp":
+            parts.append(f"OTLP {ex.protocol['traces']} {ex.endpoint or _default_endpoint(ex.protocol['traces'])}")
         else:
             parts.append(k)
     return ", ".join(parts) or "nowhere (exporters set to none)"
@@ -132,6 +138,17 @@ def _import_lazy_modules() -> None:
             pass
 
 
+def abandon() -> dict:
+    """Exit stops waiting for this process's exports under way (a collector that does not answer): they
+    are no longer counted when they end; returns {signal: items given up}."""
+    out: dict = {}
+    for e in _all:
+        if e._pid == os.getpid() and e.in_flight:
+            e.abandoned = True
+            out[e._signal] = out.get(e._signal, 0) + e.in_flight
+    return out
+
+
 class _Lazy:
     """Shared part of the managed exporters: build per process on first use; count what passes."""
 
@@ -142,6 +159,8 @@ class _Lazy:
         self._inner = None
         self._pid = -1
         self.failed = False
+        self.in_flight = 0  # items of the export under way (lost if exit stops waiting for it)
+        self.abandoned = False  # exit gave up on it: its in-flight items are counted as dropped already
 
     def inner(self):
         pid = os.getpid()
@@ -159,6 +178,9 @@ class _Lazy:
         return self._inner
 
     def counted(self, n: int, ok: bool) -> None:
+        self.in_flight = 0
+        if self.abandoned:
+            return
         if ok:
             stats.incr(f"{self._signal}.exported", n)
             if self.failed or _noted[0]:  # it answers again
@@ -166,7 +188,7 @@ class _Lazy:
         else:
             self.failed = True
             stats.incr(f"{self._signal}.failed", n)
-        stats.progress()
+        stats.progress()  # counted even if this process is killed before its exit
 
 
 def _with_resource(items, current, remake):
@@ -207,6 +229,7 @@ def managed_span_exporter(make, resource=None):
             spans = _with_resource(spans, resource, _span_with)
             inner = self.inner()
             ok = False
+            self.in_flight = len(spans)
             if inner is not None:
                 try:
                     ok = inner.export(spans) == SpanExportResult.SUCCESS
@@ -236,6 +259,7 @@ def managed_log_exporter(make, resource=None):
             batch = _with_resource(batch, resource, _log_with)
             inner = self.inner()
             ok = False
+            self.in_flight = len(batch)
             if inner is not None:
                 try:
                     ok = inner.export(batch).name == "SUCCESS"
@@ -318,6 +342,7 @@ def managed_metric_exporter(make, resource=None):
             metrics_data = _metrics_with(metrics_data, resource)
             inner = self.inner()
             ok = False
+            self.in_flight = n
             if inner is not None:
                 try:
                     ok = inner.export(metrics_data, timeout_millis=timeout_millis) == MetricExportResult.SUCCESS

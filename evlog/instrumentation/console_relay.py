@@ -34,6 +34,8 @@ cp = _report = stats = None
 READ_SIZE = 1 << 18
 COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
 MESSAGE = 1 << 15  # bytes of output per message to the processor
+LINE_CAP = 1 << 16  # bytes of one line (since its last \n or \r) forwarded; the parser keeps 8,192 characters
+_WINDOW = LINE_CAP // 2  # every window this long holds a line end: no line in the chunk passes LINE_CAP
 SOCKET_BUFFER = 1 << 18  # the queue between reader and processor (the kernel may allow less)
 BACKLOG_S = 1.5  # at the program's exit, time allowed for the (bounded) backlog, ...
 SETUP_S = 5.0  # ... and for the processor's one-time OTel set-up (imports), on a busy machine
@@ -130,6 +132,8 @@ class _Stream:
         self.lost = 0  # newlines in bytes dropped and not yet reported to the processor
         self.gap = False  # bytes were dropped since the last report
         self.partial = False  # ... and the last of them ended inside a line
+        self.seg = 0  # bytes of the current line (since its last \n or \r) forwarded
+        self.cut = 0  # bytes of the current line past LINE_CAP, not forwarded (told when the line ends)
 
 
 class Reader:
@@ -237,6 +241,52 @@ class Reader:
             view = view[n:]
 
     def _forward(self, s: _Stream, data: bytes) -> None:
+        """Forward ``data``, each line cut at LINE_CAP bytes: a huge line would fill the socket and
+        make the reader drop the lines after it. The terminal still gets every byte (``_write``)."""
+        if s.cut or _long_line(s.seg, data):
+            self._forward_cut(s, data)
+            return
+        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        s.seg = s.seg + len(data) if end < 0 else len(data) - end - 1
+        self._send(s, data)
+
+    def _forward_cut(self, s: _Stream, data: bytes) -> None:
+        pos, n = 0, len(data)
+        keep = []
+        while pos < n:
+            j = _line_end(data, pos)
+            end = n if j < 0 else j
+            room = max(0, LINE_CAP - s.seg)
+            if end - pos <= room:
+                keep.append(data[pos:end])
+                s.seg += end - pos
+            else:
+                keep.append(data[pos:pos + room])
+                s.seg = LINE_CAP
+                s.cut += end - pos - room
+            if j < 0:
+                break
+            if s.cut:  # the line ends: tell the processor how much of it was not forwarded
+                self._send(s, b"".join(keep))
+                keep = []
+                self._send_control(b"t" + s.index + b"%d" % s.cut)
+            keep.append(data[j:j + 1])
+            s.seg = s.cut = 0
+            pos = j + 1
+        if keep:
+            self._send(s, b"".join(keep))
+
+    def _send_control(self, message: bytes) -> None:
+        sock = self.sock or self._processor()
+        if sock is not None:
+            try:
+                sock.send(message)
+            except OSError:  # no room (the count of cut bytes is then short) or no processor
+                pass
+
+    def _send(self, s: _Stream, data: bytes) -> None:
+        if not data:
+            return
         sock = self.sock or self._processor()
         if sock is None:
             return
@@ -313,6 +363,24 @@ class Reader:
             self._control(b"x")
 
 
+def _line_end(data: bytes, pos: int) -> int:
+    """Index of the first \n or \r at or after ``pos``, or -1."""
+    nl, cr = data.find(b"\n", pos), data.find(b"\r", pos)
+    return nl if cr < 0 else cr if nl < 0 else min(nl, cr)
+
+
+def _long_line(seg: int, data: bytes) -> bool:
+    """Could a line run past LINE_CAP in ``data`` (``seg`` bytes of it already forwarded)? A few
+    finds per chunk, never a loop per line."""
+    first = _line_end(data, 0)
+    if seg + (len(data) if first < 0 else first) > LINE_CAP:
+        return True
+    for k in range(0, len(data) - _WINDOW + 1, _WINDOW):
+        if data.find(b"\n", k, k + _WINDOW) < 0 and data.find(b"\r", k, k + _WINDOW) < 0:
+            return True
+    return False
+
+
 # -- the processor process ----------------------------------------------------------------------
 
 class Processor:
@@ -359,6 +427,9 @@ class Processor:
                 name, ctx, t = self.names[int(msg[1:2])], msg[2:52], int(msg[52:72])
                 self._emit(self.parser.feed(name, msg[72:]), ctx, t)
                 idle_flushed = False
+            elif kind == b"t":  # bytes the reader cut off the end of the current line
+                # the parser's own overflow count of that line (it reports "N more bytes")
+                self.parser._stream(self.names[int(msg[1:2])]).overflow += int(msg[2:])
             elif kind == b"g":
                 lost, partial = msg[2:].split(b",")
                 self.parser.discard(self.names[int(msg[1:2])], int(lost), partial == b"1")
