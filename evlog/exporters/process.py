@@ -2,20 +2,24 @@
 
 evlog-instrument binds its socket before the program starts and spawns it at the first connection; a
 process set up without the launcher starts its own on first use (evlog.records); both through
-evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket (EVLOG_EXPORTER) and send length-prefixed ``marshal`` frames ``(hello, kind, meta, records)``
+evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket (EVLOG_EXPORTER) and
+send frames: a ``<II>`` header (bytes, records) and ``marshal`` of ``(hello, kind, meta, records)``
 (evlog.records). Here:
+- the reader (the main thread) only splits frames into the backlog (evlog/exporters/backlog.py: memory,
+  then a spool file), so senders never wait for spans to be built or exported;
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
-- each source (``<kind>#<n>``, one per scheduler, ...) gets a builder of its kind that turns its records
-  into SDK ``ReadableSpan``s (``_builders``);
-- spans go to the exporters the settings name (the stock OTLP exporters, the run folder, the console,
-  entry points; evlog.exporters.select), in batches, from one thread.
+- the ``Builder`` thread gives each source (``<kind>#<n>``, one per scheduler, ...) a builder of its kind
+  that turns its records into SDK ``ReadableSpan``s (``_builders``), while the exporters keep up;
+- the export thread sends them to the exporters the settings name (the stock OTLP exporters, the run
+  folder, the console, entry points; evlog.exporters.select), in batches, retrying failed ones.
 
 It ends when its starter's control pipe closes (the program has exited, or the launcher was killed): it
-reads what connected processes still send for at most LINGER seconds, builds what is left, and exports
-for at most EXIT_TIMEOUT seconds (FAILING_WAIT once the collector has failed), then writes its counts to
-the run's stats file (the launcher's summary) and exits. Its builder and export threads run at a lower priority (lower_priority), so on a busy machine
-their work waits for the program's; its reader does not, so senders never wait for it long.
+reads what connected processes still send for at most LINGER seconds, then builds and exports what is
+held for at most EXIT_TIMEOUT seconds (FAILING_WAIT once the collector has failed) in its main thread,
+counts what is left, writes its counts to the run's stats file (the launcher's summary) and exits. Its
+builder and export threads run at a lower priority (lower_priority), so on a busy machine their work
+waits for the program's; its reader does not.
 """
 from __future__ import annotations
 
