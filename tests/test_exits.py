@@ -222,7 +222,9 @@ def test_https_to_a_plain_port_gets_one_full_message_and_no_raw_grpc_lines(otlp_
     env["OTEL_EXPORTER_OTLP_ENDPOINT"] = env["OTEL_EXPORTER_OTLP_ENDPOINT"].replace("http://", "https://")
     proc = run_instrumented("from opentelemetry import trace; trace.get_tracer('t').start_span('s').end()",
                             env=env, timeout=60)
-    lines = proc.stderr.decode().splitlines()
+    # gRPC's own lines are held to its documented default level, ERROR: older grpcio (1.63, CI's lowest)
+    # logs the failed handshake itself at that level (one "E..." line); nothing below it may pass
+    lines = [l for l in proc.stderr.decode().splitlines() if not re.match(r"E\d{4} .*Handshake failed", l)]
     assert proc.returncode == 0 and all(l.startswith("evlog: ") for l in lines), lines
     (failed,) = [l for l in lines if l.startswith("evlog: exporting failed (")]
     assert "WRONG_VERSION_NUMBER" in failed
