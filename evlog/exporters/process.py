@@ -32,9 +32,10 @@ MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped 
 # ---- in the exporter process ---------------------------------------------------------------------
 
 
-def _builders():
-    """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans."""
-    from evlog.instrumentation import dask_executions, dask_lives, pool_spans
+def _builders(logs=None):
+    """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans (the
+    console's builder hands its log records to ``logs``, the logs pipeline, and returns no spans)."""
+    from evlog.instrumentation import console_relay, dask_executions, dask_lives, pool_spans
 
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
@@ -45,7 +46,11 @@ def _builders():
     def pools(meta, resource):
         return pool_spans.PoolSpans(resource)
 
-    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools}
+    def console(meta, resource):
+        return console_relay.ConsoleLogs(meta, resource, logs)
+
+    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
+            console_relay.KIND: console}
 
 
 class _Client:
@@ -62,12 +67,13 @@ class _Client:
 class _Sink:
     """One exporter of the run and its queue: a batch that fails is tried again (after a pause) until it
     goes through, so a collector that is down for a while loses nothing; only the memory bound and
-    exit's deadline drop spans, and those are counted."""
+    exit's deadline drop spans (or log records: ``signal``), and those are counted."""
 
-    def __init__(self, make, batch: int = BATCH):
+    def __init__(self, make, batch: int = BATCH, signal: str = "traces"):
         from collections import deque
 
         self.make = make
+        self.signal = signal
         self.batch = batch
         self.exporter = None
         self.pending: deque = deque()
@@ -85,14 +91,12 @@ class _Sink:
             try:
                 self.exporter = self.make()
             except Exception as exc:
-                _report.warn_once("exporter-build", f"cannot set up the span exporter: {exc}")
+                _report.warn_once(f"exporter-build-{self.signal}", f"cannot set up the {self.signal} exporter: {exc}")
                 self.make = lambda: None
             if self.exporter is None:
                 stats.incr("dropped.no_exporter", len(self.pending))
                 self.pending.clear()
                 return
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         pending = self.pending
         while self.retry or pending:
             now = time.monotonic()
@@ -101,14 +105,14 @@ class _Sink:
             batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
             self.retry, self.inflight = None, len(batch)
             try:
-                ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
+                ok = getattr(self.exporter.export(batch), "name", None) == "SUCCESS"  # Span/LogRecordExportResult
             except Exception as exc:
-                _report.warn_once("export-traces", f"exporting spans failed: {exc}")
+                _report.warn_once(f"export-{self.signal}", f"exporting {self.signal} failed: {exc}")
                 ok = False
             finally:
                 self.inflight = 0
             if ok:
-                stats.incr("traces.exported", len(batch))
+                stats.incr(f"{self.signal}.exported", len(batch))
                 self.failing = False
             else:
                 self.retry, self.failing = batch, True
@@ -119,33 +123,32 @@ class _Sink:
 
 
 class Pipeline:
-    """Finished spans -> the run's span exporters, in batches, from one thread."""
+    """Finished spans (or log records: ``signal``) -> the run's exporters of that signal, in batches, from one thread."""
 
-    def __init__(self):
+    def __init__(self, signal: str = "traces"):
         import threading
 
+        self.signal = signal
         self.sinks: list | None = None
         self.delay = 0.5  # seconds between export passes (OTEL_BSP_SCHEDULE_DELAY once configured)
         self._wake = threading.Event()
         self._stop = False
-        self._thread = threading.Thread(target=self._loop, name="evlog-export", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"evlog-export-{signal}", daemon=True)
         self._thread.start()
 
     def configure(self, env: dict) -> None:
         """The run's settings, from the first hello: exporters as evlog.exporters.select builds them."""
         if self.sinks is not None:
             return
-        from evlog import config
-
         from . import select
 
-        os.environ.update(env)  # the program's view of the run (its owner made the run folder)
-        settings = config.load()
-        config.set_current(settings)
-        makers = [m for m in (select.factory("traces", kind, settings) for kind in settings.exporters.traces) if m]
+        settings = _settings(env)
+        signal = self.signal
+        makers = [m for m in (select.factory(signal, kind, settings) for kind in getattr(settings.exporters, signal)) if m]
         n = settings.sdk_numbers  # validated, as in every process of the run
-        self.delay = n["OTEL_BSP_SCHEDULE_DELAY"] / 1000
-        self.sinks = [_Sink(m, n["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"]) for m in makers]
+        p = "OTEL_BSP_" if signal == "traces" else "OTEL_BLRP_"
+        self.delay = n[p + "SCHEDULE_DELAY"] / 1000
+        self.sinks = [_Sink(m, n[p + "MAX_EXPORT_BATCH_SIZE"], signal) for m in makers]
 
     def add(self, spans: list) -> None:
         if not spans or not self.sinks:
@@ -214,6 +217,21 @@ class Pipeline:
                     pass
 
 
+_current: list = []
+
+
+def _settings(env: dict):
+    """The run's settings, from the first hello's environment (once per process)."""
+    if not _current:
+        from evlog import config
+
+        os.environ.update(env)  # the program's view of the run (its owner made the run folder)
+        settings = config.load()
+        config.set_current(settings)
+        _current.append(settings)
+    return _current[0]
+
+
 def _same_user(sock) -> bool:
     """Is the peer a process of this user (SO_PEERCRED)? Others may not feed this run's telemetry."""
     import socket
@@ -228,19 +246,21 @@ def _same_user(sock) -> bool:
 
 
 class Builder:
-    """The builder thread: backlog entries -> spans -> the pipeline, in arrival order. It takes the next
-    frame only while the exporters keep up (BEHIND spans waiting at most), so a slow or absent collector
-    makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
+    """The builder thread: backlog entries -> spans -> the pipeline (and console log records -> the logs
+    pipeline), in arrival order. It takes the next frame only while the exporters keep up (BEHIND spans
+    or log records waiting at most), so a slow or absent collector, or a burst of console output, makes
+    frames wait in the backlog (spooled to disk) rather than as spans in memory."""
 
     BEHIND = 16384
 
-    def __init__(self, backlog, pipeline, clients: dict):
+    def __init__(self, backlog, pipeline, clients: dict, logs=None):
         import threading
 
         self.backlog = backlog
         self.pipeline = pipeline
+        self.logs = logs if logs is not None else Pipeline("logs")
         self.clients = clients  # client id -> _Client (made by the reader)
-        self.kinds = _builders()
+        self.kinds = _builders(self.logs)
         self.stop_at = None  # monotonic deadline once the process is closing
         self.input_done = False
         self.thread = threading.Thread(target=self._loop, name="evlog-build", daemon=True)
@@ -257,7 +277,7 @@ class Builder:
             if now - last_tick >= 0.5:
                 self.tick()
                 last_tick = now
-            if self.stop_at is None and self.pipeline.behind() > self.BEHIND:
+            if self.stop_at is None and max(self.pipeline.behind(), self.logs.behind()) > self.BEHIND:
                 time.sleep(0.05)
                 continue
             entry = self.backlog.get(0.25)
@@ -292,6 +312,7 @@ class Builder:
             client.resource = Resource(hello.get("resource") or {})
             if self.pipeline.sinks is None:
                 self.pipeline.configure(hello.get("env") or {})
+                self.logs.configure(hello.get("env") or {})
         b = client.builders.get(kind)
         if b is None:
             make = self.kinds.get(kind.partition("#")[0])  # "<kind>#<source number>"
@@ -354,8 +375,9 @@ def main() -> None:
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
     pipeline = Pipeline()
+    logs = Pipeline("logs")  # the console's log records
     clients: dict = {}  # client id -> _Client
-    builder = Builder(backlog, pipeline, clients)
+    builder = Builder(backlog, pipeline, clients, logs)
     listener = socket.socket(fileno=LISTEN_FD)
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -428,12 +450,12 @@ def main() -> None:
     for sock in list(conns):
         drop(sock)
     # Build what is held for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails), then export.
-    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() else EXIT_TIMEOUT)
+    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() or logs.failing() else EXIT_TIMEOUT)
     builder.input_done = True
     builder.stop_at = deadline
     while builder.thread.is_alive() and time.monotonic() < deadline:
         builder.thread.join(0.05)
-        if pipeline.failing():
+        if pipeline.failing() or logs.failing():
             deadline = min(deadline, time.monotonic() + FAILING_WAIT)
             builder.stop_at = deadline
     builder.thread.join(0.5)
@@ -446,10 +468,22 @@ def main() -> None:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
     builder.tick(final=True)
-    pipeline.finish(max(0.2, deadline - time.monotonic()))
+    _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)
+
+
+def _finish(pipelines, timeout_s: float) -> None:
+    """Each pipeline exports what it holds, side by side, within ``timeout_s`` (see Pipeline.finish)."""
+    import threading
+
+    threads = [threading.Thread(target=p.finish, args=(timeout_s,), daemon=True) for p in pipelines[1:]]
+    for t in threads:
+        t.start()
+    pipelines[0].finish(timeout_s)
+    for t in threads:
+        t.join(timeout_s + 0.5)
 
 
 def _spool_limit() -> int:
