@@ -142,6 +142,7 @@ class _Stream:
         self.offset = 0  # bytes of this stream so far (forwarded or dropped)
         self.lines = 0  # ... and newlines in them
         self.at_start = True  # ... and they end at a line's end
+        self.tail = b""  # while the reader is quiet: the unfinished line, not forwarded yet
 
 
 class Reader:
@@ -154,6 +155,10 @@ class Reader:
         self.addr = cfg.get("exporter")
         self.sock = None  # to the exporter process, connected with the first output
         self.dead = not self.addr  # no exporter process to be had: pass through only (counted)
+        # Quiet: in modes metadata and disabled, output only becomes telemetry in lines with a "{" (metadata,
+        # commands): until one comes, lines are not forwarded, so a program printing plain text starts no
+        # exporter process. Its last unfinished line is kept, and goes first once one comes.
+        self.quiet = cfg.get("mode") in ("metadata", "disabled")
         self.first = (cfg.get("hello"), {"streams": [s["name"] for s in cfg["streams"]], "mode": cfg.get("mode"),
                                          "redact": list(cfg.get("redact") or ())})  # hello and meta, with the first frame
         self.records: list = []  # made since the last frame
@@ -267,6 +272,15 @@ class Reader:
     def _forward(self, s: _Stream, data: bytes) -> None:
         """Output of ``s`` becomes records; dropped (counted) only if the exporter process is gone or
         more than MAX_UNSENT waits for it (the builder sees the gap in ``offset`` and ``lines``)."""
+        if self.quiet or s.tail:
+            data = s.tail + data
+            s.tail = b""
+            if self.quiet:
+                if b"{" not in data and b"/LOGCOMMAND" not in data:
+                    s.tail = data[data.rfind(b"\n") + 1:]  # whole lines without either make nothing
+                    if len(s.tail) <= FRAME:
+                        return
+                self.quiet = False
         n = data.count(b"\n")
         if self.dead or self.unsent_bytes > MAX_UNSENT:
             self._count("console.dropped", n)
@@ -391,6 +405,7 @@ class Reader:
         held = s.splitter.release()
         if held:
             self._write(s, held)
+        if held or (s.tail and not self.quiet):
             self._forward(s, held)
         try:
             os.close(s.fd)  # a program still writing now gets EPIPE, as without evlog
