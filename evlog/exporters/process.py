@@ -7,9 +7,10 @@ evlog.bootstrap.exporter. Observed processes connect to its abstract Unix socket
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
 - each source (``<kind>#<n>``, one per scheduler, ...) gets a builder of its kind that turns its records
-  into SDK ``ReadableSpan``s (``_builders``);
-- spans go to the exporters the settings name (the stock OTLP exporters, the run folder, the console,
-  entry points; evlog.exporters.select), in batches, from one thread.
+  into SDK ``ReadableSpan``s (``_builders``); the console relay's reader sends the program's output
+  (kind ``console``), whose builder makes SDK ``ReadableLogRecord``s and metadata gauges instead;
+- spans, and log records, go to the exporters the settings name (the stock OTLP exporters, the run
+  folder, the console, entry points; evlog.exporters.select), in batches, from one thread per signal.
 
 It ends when its starter's control pipe closes (the program has exited, or the launcher was killed): it
 reads what connected processes still send for at most LINGER seconds, builds what is left, and exports

@@ -180,7 +180,7 @@ class _Capture:
         by_fd = {s.fd: s.orig for s in self.streams}
         argv = [sys.executable or "python3", "-S", "-c", _BOOT]
         return [subprocess.Popen(
-            argv + [repr({**cfg, "role": "reader", "ready_fd": ready_w, "ack_fd": ack_w})],
+            argv + [repr({**cfg, "ready_fd": ready_w, "ack_fd": ack_w})],
             stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
             pass_fds=[s.read for s in self.streams] + [ready_w, ack_w], close_fds=True)]
 

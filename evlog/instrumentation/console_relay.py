@@ -378,7 +378,7 @@ class Reader:
         self.unsent, self.head, self.sent, self.unsent_bytes = [], 0, 0, 0
         self.records, self.size, self.lines = [], 0, 0
         self._count("console.dropped", lost)
-        if exc is not None:
+        if exc is not None and not self.exit_sent:  # after the program's exit: its summary is written already
             _warn("console-exporter", f"console capture cannot reach the run's exporter process ({exc}); "
                   "the output still passes through, its lines are dropped and counted")
         if self.sock is not None:
