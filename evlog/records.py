@@ -258,6 +258,16 @@ def _start_own() -> str:
     return addr
 
 
+def exporter_address() -> str:
+    """The run's exporter process's address (EVLOG_EXPORTER) for a process that sends to it by itself (the
+    console relay's reader); a process set up without the launcher starts its own now, ended at its exit."""
+    addr = os.environ.get(_exporter.ENV)
+    if not addr:
+        channel()  # its exit hook ends the exporter process started here
+        addr = _start_own()
+    return addr
+
+
 def _end_own() -> None:
     for starter, control, pid in list(_own):
         if starter == os.getpid():

@@ -128,7 +128,7 @@ def summary(path: str, killed_by: int | None = None) -> str:
     if dropped:
         text += f"; {dropped:,} dropped (could not be exported)"
     if console_dropped:
-        text += f"; {console_dropped:,} console lines dropped (output faster than export)"
+        text += f"; {console_dropped:,} console lines dropped (the run's exporter process was gone or too far behind)"
     if killed_by and killed_by not in (signal.SIGTERM, signal.SIGINT):  # those two flush on the way out
         text += (f"; the program was killed by {signal.Signals(killed_by).name}: what it made since its "
                  f"last export (at most about 1 s) is lost")

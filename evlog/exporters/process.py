@@ -10,9 +10,12 @@ send frames: a ``<II>`` header (bytes, records) and ``marshal`` of ``(hello, kin
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
 - the ``Builder`` thread gives each source (``<kind>#<n>``, one per scheduler, ...) a builder of its kind
-  that turns its records into SDK ``ReadableSpan``s (``_builders``), while the exporters keep up;
-- the export thread sends them to the exporters the settings name (the stock OTLP exporters, the run
-  folder, the console, entry points; evlog.exporters.select), in batches, retrying failed ones.
+  that turns its records into SDK ``ReadableSpan``s (``_builders``), while the exporters keep up; the
+  console relay's reader sends the program's output (kind ``console``), whose builder makes SDK
+  ``ReadableLogRecord``s and metadata gauges instead;
+- one export thread per signal (spans, log records) sends them to the exporters the settings name (the
+  stock OTLP exporters, the run folder, the console, entry points; evlog.exporters.select), in batches,
+  retrying failed ones.
 
 It ends when its starter's control pipe closes (the program has exited, or the launcher was killed): it
 reads what connected processes still send for at most LINGER seconds, then builds and exports what is
@@ -36,9 +39,10 @@ MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped 
 # ---- in the exporter process ---------------------------------------------------------------------
 
 
-def _builders():
-    """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans."""
-    from evlog.instrumentation import dask_executions, dask_lives, pool_spans
+def _builders(logs=None):
+    """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans (the
+    console's builder hands its log records to ``logs``, the logs pipeline, and returns no spans)."""
+    from evlog.instrumentation import console_relay, dask_executions, dask_lives, pool_spans
 
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
@@ -49,7 +53,11 @@ def _builders():
     def pools(meta, resource):
         return pool_spans.PoolSpans(resource)
 
-    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools}
+    def console(meta, resource):
+        return console_relay.ConsoleLogs(meta, resource, logs)
+
+    return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
+            console_relay.KIND: console}
 
 
 class _Client:
@@ -66,13 +74,15 @@ class _Client:
 class _Sink:
     """One exporter of the run and its queue: a batch that fails is tried again (after a pause) until it
     goes through, so a collector that is down for a while loses nothing; only the memory bound and
-    exit's deadline drop spans, and those are counted."""
+    exit's deadline drop spans (or log records: ``signal``), and those are counted."""
 
-    def __init__(self, make, batch: int = BATCH):
+    def __init__(self, make, batch: int = BATCH, signal: str = "traces"):
         import threading
         from collections import deque
 
         self.make = make
+        self.signal = signal
+        self.what = "spans" if signal == "traces" else "log records"
         self.batch = batch
         self.exporter = None
         self.pending: deque = deque()
@@ -105,14 +115,12 @@ class _Sink:
             try:
                 self.exporter = self.make()
             except Exception as exc:
-                _report.warn_once("exporter-build", f"cannot set up the span exporter: {exc}")
+                _report.warn_once(f"exporter-build-{self.signal}", f"cannot set up the exporter of {self.what}: {exc}")
                 self.make = lambda: None
             if self.exporter is None:
                 stats.incr("dropped.no_exporter", len(self.pending))
                 self.pending.clear()
                 return
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
         pending = self.pending
         while self.retry or pending:
             now = time.monotonic()
@@ -123,12 +131,12 @@ class _Sink:
             batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
             self.retry, self.inflight = None, len(batch)
             try:
-                ok = self.exporter.export(batch) == SpanExportResult.SUCCESS
+                ok = getattr(self.exporter.export(batch), "name", None) == "SUCCESS"  # Span/LogRecordExportResult
             except Exception as exc:
-                _report.warn_once("export-traces", f"exporting spans failed: {exc}")
+                _report.warn_once(f"export-{self.signal}", f"exporting {self.what} failed: {exc}")
                 ok = False
             if ok:
-                stats.incr("traces.exported", len(batch))
+                stats.incr(f"{self.signal}.exported", len(batch))
                 self.failing = False
             else:
                 self.retry, self.failing = batch, True
@@ -140,33 +148,33 @@ class _Sink:
 
 
 class Pipeline:
-    """Finished spans -> the run's span exporters, in batches, from one thread."""
+    """Finished spans (or log records: ``signal``) -> the run's exporters of that signal, in batches, from
+    one thread."""
 
-    def __init__(self):
+    def __init__(self, signal: str = "traces"):
         import threading
 
+        self.signal = signal
         self.sinks: list | None = None
         self.delay = 0.5  # seconds between export passes (OTEL_BSP_SCHEDULE_DELAY once configured)
         self._wake = threading.Event()
         self._stop = False
-        self._thread = threading.Thread(target=self._loop, name="evlog-export", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"evlog-export-{signal}", daemon=True)
         self._thread.start()
 
     def configure(self, env: dict) -> None:
         """The run's settings, from the first hello: exporters as evlog.exporters.select builds them."""
         if self.sinks is not None:
             return
-        from evlog import config
-
         from . import select
 
-        os.environ.update(env)  # the program's view of the run (its owner made the run folder)
-        settings = config.load()
-        config.set_current(settings)
-        makers = [m for m in (select.factory("traces", kind, settings) for kind in settings.exporters.traces) if m]
+        settings = _settings(env)
+        signal = self.signal
+        makers = [m for m in (select.factory(signal, kind, settings) for kind in getattr(settings.exporters, signal)) if m]
         n = settings.sdk_numbers  # validated, as in every process of the run
-        self.delay = n["OTEL_BSP_SCHEDULE_DELAY"] / 1000
-        self.sinks = [_Sink(m, n["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"]) for m in makers]
+        p = "OTEL_BSP_" if signal == "traces" else "OTEL_BLRP_"
+        self.delay = n[p + "SCHEDULE_DELAY"] / 1000
+        self.sinks = [_Sink(m, n[p + "MAX_EXPORT_BATCH_SIZE"], signal) for m in makers]
 
     def add(self, spans: list) -> None:
         if not spans or not self.sinks:
@@ -238,6 +246,21 @@ class Pipeline:
                     pass
 
 
+_current: list = []
+
+
+def _settings(env: dict):
+    """The run's settings, from the first hello's environment (once per process)."""
+    if not _current:
+        from evlog import config
+
+        os.environ.update(env)  # the program's view of the run (its owner made the run folder)
+        settings = config.load()
+        config.set_current(settings)
+        _current.append(settings)
+    return _current[0]
+
+
 def lower_priority() -> None:
     """Nice the calling thread only (Linux schedules threads on their own): the builder and export
     threads yield a busy machine to the program, while the reader, whose work is a read and a split,
@@ -264,19 +287,21 @@ def _same_user(sock) -> bool:
 
 
 class Builder:
-    """The builder thread: backlog entries -> spans -> the pipeline, in arrival order. It takes the next
-    frame only while the exporters keep up (BEHIND spans waiting at most), so a slow or absent collector
-    makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
+    """The builder thread: backlog entries -> spans -> the pipeline (and console log records -> the logs
+    pipeline), in arrival order. It takes the next frame only while the exporters keep up (BEHIND spans
+    or log records waiting at most), so a slow or absent collector, or a burst of console output, makes
+    frames wait in the backlog (spooled to disk) rather than as spans in memory."""
 
     BEHIND = 16384
 
-    def __init__(self, backlog, pipeline, clients: dict):
+    def __init__(self, backlog, pipeline, clients: dict, logs=None):
         import threading
 
         self.backlog = backlog
         self.pipeline = pipeline
+        self.logs = logs if logs is not None else Pipeline("logs")
         self.clients = clients  # client id -> _Client (made by the reader)
-        self.kinds = _builders()
+        self.kinds = _builders(self.logs)
         self.stop_at = None  # monotonic deadline once the process is closing
         self.input_done = False
         self.thread = threading.Thread(target=self._loop, name="evlog-build", daemon=True)
@@ -294,7 +319,7 @@ class Builder:
             if now - last_tick >= 0.5:
                 self.tick()
                 last_tick = now
-            if self.stop_at is None and self.pipeline.behind() > self.BEHIND:
+            if self.stop_at is None and max(self.pipeline.behind(), self.logs.behind()) > self.BEHIND:
                 time.sleep(0.05)
                 continue
             entry = self.backlog.get(0.25)
@@ -316,7 +341,6 @@ class Builder:
         ``deadline`` (brought forward to FAILING_WAIT once the collector fails); returns the deadline."""
         import time
 
-        pipeline = self.pipeline
         while time.monotonic() < deadline:
             entry = self.backlog.get(0)
             if entry is None:
@@ -329,11 +353,12 @@ class Builder:
                 self._finish(client_id, client)
             else:
                 self._frame(client, data)
-            if pipeline.behind() >= BATCH:
-                for sink in pipeline.sinks or ():
-                    sink.export(stop_at=deadline)
-                if pipeline.failing():
-                    deadline = min(deadline, time.monotonic() + FAILING_WAIT)
+            for pipeline in (self.pipeline, self.logs):
+                if pipeline.behind() >= BATCH:
+                    for sink in pipeline.sinks or ():
+                        sink.export(stop_at=deadline)
+                    if pipeline.failing():
+                        deadline = min(deadline, time.monotonic() + FAILING_WAIT)
         return deadline
 
     def _frame(self, client: _Client, data: bytes) -> None:
@@ -354,6 +379,7 @@ class Builder:
             client.resource = Resource(hello.get("resource") or {})
             if self.pipeline.sinks is None:
                 self.pipeline.configure(hello.get("env") or {})
+                self.logs.configure(hello.get("env") or {})
         b = client.builders.get(kind)
         if b is None:
             make = self.kinds.get(kind.partition("#")[0])  # "<kind>#<source number>"
@@ -412,8 +438,9 @@ def main() -> None:
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
     pipeline = Pipeline()
+    logs = Pipeline("logs")  # the console's log records
     clients: dict = {}  # client id -> _Client
-    builder = Builder(backlog, pipeline, clients)
+    builder = Builder(backlog, pipeline, clients, logs)
     listener = socket.socket(fileno=LISTEN_FD)
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -488,11 +515,11 @@ def main() -> None:
     # What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
     # by this thread alone, at the priority the program had: the niced threads step aside (the program is
     # gone, its cores are free, and one thread does not wait on the others for the GIL).
-    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() else EXIT_TIMEOUT)
+    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() or logs.failing() else EXIT_TIMEOUT)
     builder.stop_at = time.monotonic()
     builder.thread.join(1.0)
-    for sink in pipeline.sinks or ():
-        sink.closing = True  # the export thread returns after its batch
+    for sink in (pipeline.sinks or []) + (logs.sinks or []):
+        sink.closing = True  # the export threads return after their batch
     deadline = builder.drain(deadline)
     left = backlog.held()
     if left:
@@ -503,10 +530,22 @@ def main() -> None:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
     builder.tick(final=True)
-    pipeline.finish(max(0.2, deadline - time.monotonic()))
+    _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)
+
+
+def _finish(pipelines, timeout_s: float) -> None:
+    """Each pipeline exports what it holds, side by side, within ``timeout_s`` (see Pipeline.finish)."""
+    import threading
+
+    threads = [threading.Thread(target=p.finish, args=(timeout_s,), daemon=True) for p in pipelines[1:]]
+    for t in threads:
+        t.start()
+    pipelines[0].finish(timeout_s)
+    for t in threads:
+        t.join(timeout_s + 0.5)
 
 
 def _spool_limit() -> int:

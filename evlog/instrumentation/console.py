@@ -4,15 +4,17 @@
 children inherit the captured descriptors and are not captured again). For each of descriptors 1
 and 2 it makes a pseudo-terminal if the original is a terminal (so ``isatty()`` stays true, and
 colours, progress bars and prompts behave as before), a pipe otherwise, puts it in place with
-``dup2`` and starts the relay (console_relay.py): a helper process passing every byte on to the
-original descriptor unchanged, at once, which forks a second one, exporting lines as OTel log records
-(names in docs/conventions.md, section Console), when there is first something to export. So print, C extensions, ``os.write(1, ...)`` and every
-child process that inherits the descriptors are seen, and the program never runs per-line work.
+``dup2`` and starts the relay's reader (console_relay.py): a helper process passing every byte on to
+the original descriptor unchanged, at once, and handing it to the run's exporter process, which makes
+the lines OTel log records (names in docs/conventions.md, section Console). So print, C extensions,
+``os.write(1, ...)`` and every child process that inherits the descriptors are seen, and the program
+never runs per-line work.
 
 Two things are written into the streams for the relay (and removed by it): a marker at each change
 of the main thread's innermost span, so lines carry the trace context that was current when they
 were written; and, at exit (a ``before_flush`` hook: normal exit and SIGTERM), an exit marker, after
-which the program waits (bounded) for the relay to export everything before it and report back.
+which the program waits (bounded) until the reader has handed everything before it to the exporter
+process (a local write, never a wait on a collector).
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ def install(settings) -> bool:
     if getattr(settings, "capture", "metadata") == "off" or not hasattr(os, "openpty") or not sys.executable:
         return False
     try:
+        _hook()  # first: at exit the program's output is handed over before its own exporter process ends
         cap = _Capture(settings)
         if not cap.start():
             return False
@@ -56,7 +59,6 @@ def install(settings) -> bool:
         _report.warn_once("console-install", f"console capture could not start; output is not captured: {exc!r}")
         return False
     _capture = cap
-    _hook()
     return True
 
 
@@ -92,7 +94,7 @@ class _Capture:
         self.prefix = relay.marker_prefix(self.token)
         self.streams: list[_Stream] = []
         self.active_spans: dict = {}  # span_id -> SpanContext, main thread, innermost last
-        self.procs: list = []  # the relay's processor and reader
+        self.procs: list = []  # the relay's reader
         self.ack = -1
         self.stopped = False
         self._lock = threading.Lock()
@@ -158,7 +160,7 @@ class _Capture:
         return s
 
     def _spawn(self, ack_w: int, ready_w: int) -> list:
-        """Start the relay's reader, which starts its processor when needed (see console_relay.py)."""
+        """Start the relay's reader (see console_relay.py)."""
         import evlog
 
         root = os.path.dirname(os.path.dirname(os.path.abspath(evlog.__file__)))
@@ -170,16 +172,15 @@ class _Capture:
             "token": self.token,
             "mode": self.settings.capture,
             "redact": list(getattr(self.settings, "redact", ()) or ()),
-            "resource": _resource(),
+            "exporter": _exporter_address(),
+            "hello": _hello(self.settings),
             "program_pid": self.pid,
-            "run_dir": getattr(self.settings, "run_dir", None),
             "stats_file": os.environ.get("EVLOG_STATS_FILE"),
-            "exit_timeout": _exit_timeout(),
         }
         by_fd = {s.fd: s.orig for s in self.streams}
         argv = [sys.executable or "python3", "-S", "-c", _BOOT]
         return [subprocess.Popen(
-            argv + [repr({**cfg, "role": "reader", "ready_fd": ready_w, "ack_fd": ack_w})],
+            argv + [repr({**cfg, "ready_fd": ready_w, "ack_fd": ack_w})],
             stdin=subprocess.DEVNULL, stdout=by_fd.get(1), stderr=by_fd.get(2),
             pass_fds=[s.read for s in self.streams] + [ready_w, ack_w], close_fds=True)]
 
@@ -204,7 +205,7 @@ class _Capture:
     # stopping -----------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Exit marker, wait (bounded) until the relay has exported what came before, restore."""
+        """Exit marker, wait (bounded) until the reader has handed over what came before, restore."""
         with self._lock:
             if self.stopped:
                 return
@@ -216,7 +217,7 @@ class _Capture:
                 os.write(s.write, m)
             except OSError:
                 pass
-        counters = _read_ack(self.ack, relay.SETUP_S + relay.BACKLOG_S + _exit_timeout())
+        counters = _read_ack(self.ack, relay.CONTROL_S + READY_S)
         if counters is None:
             stats.incr("console.exit_timeouts")
         else:
@@ -438,6 +439,26 @@ def _relay_code() -> str:
     return source
 
 
+def _exporter_address() -> str | None:
+    """The run's exporter process (EVLOG_EXPORTER; a process set up without the launcher starts its own)."""
+    try:
+        from evlog import records
+
+        return records.exporter_address()
+    except Exception as exc:
+        _report.warn_once("console-exporter", f"console capture has no exporter process; output is passed "
+                          f"through but not exported: {exc!r}")
+        return None
+
+
+def _hello(settings) -> dict:
+    """The first frame's hello: the relay's telemetry speaks in the program's name and with its settings."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(("OTEL_", "EVLOG_"))}
+    if getattr(settings, "run_dir", None):
+        env["EVLOG_RUN_DIR"] = settings.run_dir  # evlog.configure(run_dir=...) is a setting, not a variable
+    return {"pid": os.getpid(), "resource": _resource(), "env": env}
+
+
 def _resource() -> dict:
     """This process's resource attributes: the relay's telemetry speaks in the program's name."""
     try:
@@ -449,12 +470,3 @@ def _resource() -> dict:
     except Exception:
         pass
     return {"process.pid": os.getpid()}
-
-
-def _exit_timeout() -> float:
-    try:
-        from evlog.bootstrap import lifecycle
-
-        return float(lifecycle.EXIT_TIMEOUT)
-    except Exception:
-        return 5.0

@@ -1,50 +1,60 @@
-"""The console relay: two helper processes that pass the program's output through and export it.
+"""The console relay: a reader passing the program's output through, and the ``console`` builder
+making it telemetry in the run's exporter process.
 
 console.install() points the program's stdout and stderr at pipes (or pseudo-terminals) and starts
-this file with ``python -S`` (no evlog set-up of its own) as the reader, which forks the processor when
-there is first something to export (a program that writes nothing pays for one small process only):
-- the reader holds the read ends. It does nothing but read, pass every byte on unchanged to the
-  original descriptors, and forward the bytes to the processor over a non-blocking SOCK_SEQPACKET
-  socket. It is single-threaded and light, so it is never waiting for a lock or a GIL while the
-  program's pipe fills: when the processor falls behind, the socket is full and the reader drops
-  the bytes and counts them (``console.dropped``), never holding the program.
-- the processor feeds the bytes to the line parser and emits OTel records, at a lower priority
-  (its own session and scheduling group, niced): it uses an idle core fully and yields a busy one
-  to the program. Telemetry carries the
-  program's resource (its process.pid and service.instance.id), so the relay is invisible in the
-  data.
+this file with ``python -S`` (no evlog set-up of its own) as the reader. It holds the read ends and
+does nothing but read, pass every byte on unchanged to the original descriptors, and forward the
+bytes to the run's exporter process (evlog/exporters/process.py) as ``console`` frames: the
+length-prefixed ``marshal`` frames every observed process sends (evlog.records), the first with a
+hello carrying the program's resource and settings. It is single-threaded and light, and its socket
+never blocks it: while the exporter process is slow to read, frames wait in the reader's memory
+(MAX_UNSENT; past that they are dropped and counted, ``console.dropped``), never in the program's
+pipe. The exporter process reads at once into its backlog (memory, then a spool file), so a burst
+waits there until the builder and the exporters catch up, and nothing is dropped short of the spool
+limit. The reader connects with the first output: a program that prints nothing starts nothing.
+
+In the exporter process, ``ConsoleLogs`` (the builder of kind ``console``) feeds the bytes to the
+line parser and makes log records with the SDK's public types (ReadableLogRecord, for the exporter
+process's logs pipeline) and metadata gauges (a MeterProvider of its own). Telemetry carries the
+program's resource (its process.pid and service.instance.id), so the relay is invisible in the data.
 Nothing per line runs in the program's own process, and lines written just before os._exit or
 SIGKILL still arrive (the reader reads until end of file).
 
 The program marks its span changes and its exit in the byte streams themselves (APC escape
 sequences carrying a per-run token, see ``encode_marker``), so each line gets the trace context
-that was current when it was written, and "everything up to my exit" is exact. The relay strips
-the markers before passing the bytes on.
+that was current when it was written, and "everything up to my exit" is exact: the reader hands it
+all to the exporter process before it acknowledges the exit. The relay strips the markers before
+passing the bytes on.
+
+Records of kind ``console`` (tuples of atoms; ``stream`` indexes ``meta["streams"]``; ``offset`` and
+``lines`` are the stream's bytes and newlines before, dropped ones included, so the builder sees gaps):
+    ("d", stream, context, time_ns, data, offset, lines, at_line_start)   output (context: 50 hex or None)
+    ("e", stream, offset, lines, at_line_start)                          the stream's end
+    ("x",)                                                               the program's exit
 """
 from __future__ import annotations
 
+import marshal
 import os
 import select
 import time
 
-# The relay runs this file with ``python -S``: the reader starts reading at once; only the
-# processor imports the parser, the redactor and evlog's helpers (``_load``).
+import _struct  # not struct, collections or socket: the reader starts fast under python -S
+
+# The reader runs this file with ``python -S`` and starts reading at once; the builder (in the
+# exporter process) imports the parser, the redactor and evlog's helpers (``_load``).
 cp = _report = stats = None
 
 READ_SIZE = 1 << 18
 COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
-MESSAGE = 1 << 15  # bytes of output per message to the processor
-LINE_CAP = 1 << 16  # bytes of one line (since its last \n or \r) forwarded; the parser keeps 8,192 characters
-_WINDOW = LINE_CAP // 2  # every window this long holds a line end: no line in the chunk passes LINE_CAP
-SOCKET_BUFFER = 1 << 18  # the queue between reader and processor (the kernel may allow less)
-BACKLOG_S = 1.5  # at the program's exit, time allowed for the (bounded) backlog, ...
-SETUP_S = 5.0  # ... and for the processor's one-time OTel set-up (imports), on a busy machine
-CONTROL_S = 5.0  # how long the reader waits to hand over an end-of-stream or exit message
-NICE = 10  # the processor's priority: an idle core it uses fully, a busy one it leaves to the program
+FRAME = 1 << 16  # bytes of output per frame to the exporter process (the builder's unit of work)
+MAX_UNSENT = 256 << 20  # bytes of frames the reader holds for a slow exporter process before it drops
+CONTROL_S = 5.0  # how long the reader waits to hand over the output at the program's exit, and at the end
 IDLE_S = 1.0  # repeat notices are emitted after this long without output
-_NO_CTX = b"-" * 50
+KIND = "console"
 MAX_GAUGES = 100
 KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
+_HEADER = _struct.Struct("<II")  # evlog.records' frame header: frame bytes, records (here: lines) in it
 # Attribute names of console records (docs/conventions.md); tests, benchmarks and readers import them.
 ATTR_IOSTREAM = "log.iostream"  # "stdout" or "stderr": OpenTelemetry's semantic convention
 ATTR_REPEATED = "evlog.console.repeated"
@@ -122,42 +132,46 @@ class MarkerSplitter:
 
 class _Stream:
     def __init__(self, index: int, spec: dict, prefix: bytes):
-        self.index = b"%d" % index
+        self.index = index
         self.fd = spec["fd"]  # read end of the pipe, or the pty master
         self.out = spec["out"]  # where the program's bytes go on to (the original descriptor)
         self.splitter = MarkerSplitter(prefix)
-        self.ctx = _NO_CTX  # the program's current span (marker payload), or none
+        self.ctx = None  # the program's current span (marker payload), or none
         self.open = True
         self.exited = False  # the program's exit marker came through
-        self.lost = 0  # newlines in bytes dropped and not yet reported to the processor
-        self.gap = False  # bytes were dropped since the last report
-        self.partial = False  # ... and the last of them ended inside a line
-        self.seg = 0  # bytes of the current line (since its last \n or \r) forwarded
-        self.cut = 0  # bytes of the current line past LINE_CAP, not forwarded (told when the line ends)
+        self.offset = 0  # bytes of this stream so far (forwarded or dropped)
+        self.lines = 0  # ... and newlines in them
+        self.at_start = True  # ... and they end at a line's end
+        self.tail = b""  # while the reader is quiet: the unfinished line, not forwarded yet
 
 
 class Reader:
-    """Read, pass through, forward; drop (counted) what the processor has no room for."""
+    """Read, pass through, forward to the exporter process; never wait for it while the program writes."""
 
     def __init__(self, cfg: dict):
         prefix = marker_prefix(cfg["token"])
         self.cfg = cfg
         self.streams = [_Stream(i, spec, prefix) for i, spec in enumerate(cfg["streams"])]
-        self.sock = None  # to the processor, started with the first bytes for it
-        self.ack_fd = cfg.get("ack_fd")  # the program's exit acknowledgement: the processor's once started
+        self.addr = cfg.get("exporter")
+        self.sock = None  # to the exporter process, connected with the first output
+        self.dead = not self.addr  # no exporter process to be had: pass through only (counted)
+        # Quiet: in modes metadata and disabled, output only becomes telemetry in lines with a "{" (metadata,
+        # commands): until one comes, lines are not forwarded, so a program printing plain text starts no
+        # exporter process. Its last unfinished line is kept, and goes first once one comes.
+        self.quiet = cfg.get("mode") in ("metadata", "disabled")
+        self.first = (cfg.get("hello"), {"streams": [s["name"] for s in cfg["streams"]], "mode": cfg.get("mode"),
+                                         "redact": list(cfg.get("redact") or ())})  # hello and meta, with the first frame
+        self.records: list = []  # made since the last frame
+        self.size = 0  # ... their bytes of output
+        self.lines = 0  # ... their newlines
+        self.unsent: list = []  # [frame, lines in it], oldest first; ``sent`` bytes of the first are gone
+        self.head = 0  # index of the oldest in ``unsent``
+        self.sent = 0
+        self.unsent_bytes = 0
+        self.counters: dict = {}  # for the program's summary (lines dropped here)
+        self.ack_fd = cfg.get("ack_fd")
         self.exit_sent = False
         self.ready_fd = cfg.get("ready_fd")
-
-    def _processor(self):
-        """The socket to the processor, which is forked now if it is not running yet (None if it cannot be)."""
-        if self.sock is None and self.cfg is not None:
-            cfg, self.cfg = self.cfg, None
-            try:
-                self.sock = _fork_processor(cfg, self.streams, self.ack_fd)
-                self.ack_fd = None  # the processor acknowledges from now on
-            except OSError as exc:
-                _warn("console-processor", f"console capture cannot export: {exc!r}")
-        return self.sock
 
     def run(self) -> None:
         by_fd = {s.fd: s for s in self.streams}
@@ -171,7 +185,15 @@ class Reader:
             except OSError:
                 pass
         done = 0.0
+        waiting = None  # the socket's descriptor while registered for POLLOUT
         while any(s.open for s in self.streams):
+            want = self.sock.fileno() if self.sock is not None and self.head < len(self.unsent) else None
+            if want != waiting:
+                if waiting is not None:
+                    poller.unregister(waiting)
+                if want is not None:
+                    poller.register(want, select.POLLOUT)
+                waiting = want
             events = poller.poll()
             # While output streams in, reading each write as it comes would cost the program a
             # wake-up per write (Linux wakes a pipe's reader only when the pipe was empty): let a
@@ -179,7 +201,9 @@ class Reader:
             if time.monotonic() - done < COALESCE_S:
                 time.sleep(COALESCE_S)
             for fd, _ev in events:
-                s = by_fd[fd]
+                s = by_fd.get(fd)
+                if s is None:  # the socket has room again
+                    continue
                 try:
                     data = os.read(fd, READ_SIZE)
                 except (BlockingIOError, InterruptedError):
@@ -191,14 +215,19 @@ class Reader:
                         self._chunk(s, data)
                     except Exception as exc:  # never let the program's output stop here
                         _warn("console-reader", f"console capture stopped parsing its output: {exc!r}")
-                        if self.sock is not None:
-                            self.sock.close()
+                        self._gone(None)
                         self._chunk = self._write
                         self._write(s, data)
                 if not data or not s.open:
                     self._close(s, poller)
+            self._frame()
+            self._send(0.0)
             done = time.monotonic()
-        self._control(b"z")
+        self._frame()
+        self._send(CONTROL_S)
+        self._ack()  # if the program did not wait for it (os._exit, SIGKILL): a stats line in its name
+        if self.sock is not None:
+            self.sock.close()
 
     def _chunk(self, s: _Stream, data: bytes) -> None:
         items = s.splitter.feed(data)
@@ -219,7 +248,7 @@ class Reader:
                 s.exited = True
                 self._maybe_exit()
             else:
-                s.ctx = x[1] if x[0] == KIND_CONTEXT else _NO_CTX
+                s.ctx = x[1] if x[0] == KIND_CONTEXT else None
 
     def _write(self, s: _Stream, data: bytes) -> None:
         view = memoryview(data)
@@ -241,104 +270,131 @@ class Reader:
             view = view[n:]
 
     def _forward(self, s: _Stream, data: bytes) -> None:
-        """Forward ``data``, each line cut at LINE_CAP bytes: a huge line would fill the socket and
-        make the reader drop the lines after it. The terminal still gets every byte (``_write``)."""
-        if s.cut or _long_line(s.seg, data):
-            self._forward_cut(s, data)
-            return
-        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        s.seg = s.seg + len(data) if end < 0 else len(data) - end - 1
-        self._send(s, data)
-
-    def _forward_cut(self, s: _Stream, data: bytes) -> None:
-        pos, n = 0, len(data)
-        keep = []
-        while pos < n:
-            j = _line_end(data, pos)
-            end = n if j < 0 else j
-            room = max(0, LINE_CAP - s.seg)
-            if end - pos <= room:
-                keep.append(data[pos:end])
-                s.seg += end - pos
+        """Output of ``s`` becomes records; dropped (counted) only if the exporter process is gone or
+        more than MAX_UNSENT waits for it (the builder sees the gap in ``offset`` and ``lines``)."""
+        if self.quiet or s.tail:
+            data = s.tail + data
+            s.tail = b""
+            if self.quiet:
+                if b"{" not in data and b"/LOGCOMMAND" not in data:
+                    s.tail = data[data.rfind(b"\n") + 1:]  # whole lines without either make nothing
+                    if len(s.tail) <= FRAME:
+                        return
+                self.quiet = False
+        n = data.count(b"\n")
+        if self.dead or self.unsent_bytes > MAX_UNSENT:
+            self._count("console.dropped", n)
+        else:
+            t = time.time_ns()
+            if len(data) <= FRAME:
+                self.records.append(("d", s.index, s.ctx, t, data, s.offset, s.lines, s.at_start))
+                self.size += len(data)
+                self.lines += n
             else:
-                keep.append(data[pos:pos + room])
-                s.seg = LINE_CAP
-                s.cut += end - pos - room
-            if j < 0:
-                break
-            if s.cut:  # the line ends: tell the processor how much of it was not forwarded
-                self._send(s, b"".join(keep))
-                keep = []
-                self._send_control(b"t" + s.index + b"%d" % s.cut)
-            keep.append(data[j:j + 1])
-            s.seg = s.cut = 0
-            pos = j + 1
-        if keep:
-            self._send(s, b"".join(keep))
+                off, lines, start = s.offset, s.lines, s.at_start
+                for i in range(0, len(data), FRAME):
+                    part = data[i:i + FRAME]
+                    self.records.append(("d", s.index, s.ctx, t, part, off, lines, start))
+                    k = part.count(b"\n")
+                    off, lines, start = off + len(part), lines + k, part.endswith(b"\n")
+                    self.size += len(part)
+                    self.lines += k
+                    if self.size >= FRAME:
+                        self._frame()
+            if self.size >= FRAME:
+                self._frame()
+        s.offset += len(data)
+        s.lines += n
+        s.at_start = data.endswith(b"\n")
 
-    def _send_control(self, message: bytes) -> None:
-        sock = self.sock or self._processor()
-        if sock is not None:
-            try:
-                sock.send(message)
-            except OSError:  # no room (the count of cut bytes is then short) or no processor
-                pass
-
-    def _send(self, s: _Stream, data: bytes) -> None:
-        if not data:
+    def _frame(self) -> None:
+        """What was recorded since the last frame becomes one frame, queued to go."""
+        if not self.records or self.dead:
+            self.records, self.size, self.lines = [], 0, 0
             return
-        sock = self.sock or self._processor()
+        hello, meta = self.first
+        self.first = (None, None)
+        data = marshal.dumps((hello, KIND, meta, self.records))
+        self.unsent.append([_HEADER.pack(len(data), self.lines) + data, self.lines])
+        self.unsent_bytes += len(data) + _HEADER.size
+        self.records, self.size, self.lines = [], 0, 0
+
+    def _send(self, wait_s: float) -> bool:
+        """Write queued frames, waiting at most ``wait_s`` for room; True once none is left."""
+        unsent = self.unsent
+        if self.head >= len(unsent):
+            return True
+        sock = self.sock or self._connect()
         if sock is None:
-            return
-        head = b"d" + s.index + s.ctx + b"%020d" % time.time_ns()
-        for i in range(0, len(data), MESSAGE):
-            part = data[i:i + MESSAGE] if len(data) > MESSAGE else data
+            return False
+        deadline = time.monotonic() + wait_s
+        while self.head < len(unsent):
+            frame = unsent[self.head][0]
             try:
-                if s.gap:
-                    sock.send(self._gap_message(s))
-                    s.lost, s.gap = 0, False
-                sock.send(head + part)
-            except (BlockingIOError, InterruptedError):
-                n = part.count(b"\n")  # no room: drop it; the processor counts the lines lost
-                s.lost += n
-                s.partial = not part.endswith(b"\n") if n else (s.partial or s.gap or bool(part))
-                s.gap = True
-            except OSError:
-                return  # the processor is gone: passing through is all that is left to do
-
-    @staticmethod
-    def _gap_message(s: _Stream) -> bytes:
-        return b"g" + s.index + b"%d,%d" % (s.lost, 1 if s.partial else 0)
-
-    def _control(self, message: bytes) -> None:
-        """Hand over an end or exit message (after any pending gap reports), waiting if need be."""
-        if self.sock is None:  # no processor: nothing was exported, so the program's exit is acknowledged here
-            if message == b"x" and self.ack_fd is not None:
-                try:
-                    os.write(self.ack_fd, b"{}\n")
-                    os.close(self.ack_fd)
-                except OSError:
-                    pass
-                self.ack_fd = None
-            return
-        for s in self.streams:
-            if s.gap and self._send_waiting(self._gap_message(s)):
-                s.lost, s.gap = 0, False
-        self._send_waiting(message)
-
-    def _send_waiting(self, message: bytes) -> bool:
-        deadline = time.monotonic() + CONTROL_S
-        while True:
-            try:
-                self.sock.send(message)
-                return True
+                n = sock.send(memoryview(frame)[self.sent:])
             except (BlockingIOError, InterruptedError):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return False
-                select.select([], [self.sock], [], left)
-            except OSError:
+                    break
+                select.select([], [sock], [], left)
+                continue
+            except OSError as exc:
+                self._gone(exc)
                 return False
+            self.sent += n
+            if self.sent == len(frame):
+                self.unsent_bytes -= len(frame)
+                unsent[self.head] = None
+                self.head += 1
+                self.sent = 0
+        if self.head > 64 and self.head * 2 > len(unsent):
+            del unsent[:self.head]
+            self.head = 0
+        return self.head >= len(unsent)
+
+    def _connect(self):
+        import _socket
+
+        try:
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            try:
+                sock.connect("\0" + self.addr)
+            except OSError:
+                sock.close()
+                raise
+            sock.setblocking(False)
+        except OSError as exc:
+            self._gone(exc)
+            return None
+        self.sock = sock
+        return sock
+
+    def _gone(self, exc) -> None:
+        """The exporter process cannot be reached: pass through only, and count the lines not exported."""
+        if self.dead:
+            return
+        self.dead = True
+        lost = sum(e[1] for e in self.unsent[self.head:] if e) + self.lines
+        self.unsent, self.head, self.sent, self.unsent_bytes = [], 0, 0, 0
+        self.records, self.size, self.lines = [], 0, 0
+        self._count("console.dropped", lost)
+        if exc is not None and not self.exit_sent:  # after the program's exit: its summary is written already
+            _warn("console-exporter", f"console capture cannot reach the run's exporter process ({exc}); "
+                  "the output still passes through, its lines are dropped and counted")
+        if self.sock is not None:
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _count(self, name: str, n: int) -> None:
+        if n:
+            self.counters[name] = self.counters.get(name, 0) + n
+
+    def _control(self, record: tuple) -> None:
+        """An end or exit record, if anything was forwarded (else the exporter process has nothing to end)."""
+        if self.sock is not None or self.head < len(self.unsent) or self.records:
+            self.records.append(record)
 
     def _close(self, s: _Stream, poller) -> None:
         s.open = False
@@ -349,138 +405,142 @@ class Reader:
         held = s.splitter.release()
         if held:
             self._write(s, held)
+        if held or (s.tail and not self.quiet):
             self._forward(s, held)
         try:
             os.close(s.fd)  # a program still writing now gets EPIPE, as without evlog
         except OSError:
             pass
-        self._control(b"e" + s.index)
+        self._control(("e", s.index, s.offset, s.lines, s.at_start))
         self._maybe_exit()
 
     def _maybe_exit(self) -> None:
+        """The program exits: hand over everything it wrote before (bounded), then tell it so."""
         if not self.exit_sent and all(x.exited or not x.open for x in self.streams):
             self.exit_sent = True
-            self._control(b"x")
+            self._control(("x",))
+            self._frame()
+            self._send(CONTROL_S)
+            self._ack()
+
+    def _ack(self) -> None:
+        """Tell the program its output is handed over (with this reader's counters for its summary)."""
+        counters, self.counters = self.counters, {}
+        if self.ack_fd is None:
+            if counters:
+                _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
+            return
+        fd, self.ack_fd = self.ack_fd, None
+        line = b"{}\n"
+        if counters:
+            import json
+
+            line = (json.dumps(counters) + "\n").encode()
+        try:
+            os.write(fd, line)
+        except OSError:
+            _write_stats_line(self.cfg, counters)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
-def _line_end(data: bytes, pos: int) -> int:
-    """Index of the first \n or \r at or after ``pos``, or -1."""
-    nl, cr = data.find(b"\n", pos), data.find(b"\r", pos)
-    return nl if cr < 0 else cr if nl < 0 else min(nl, cr)
+# -- the builder, in the exporter process ---------------------------------------------------------
 
+class ConsoleLogs:
+    """The ``console`` builder: one program's output -> log records for the exporter process's logs
+    pipeline (``logs.add``), and metadata gauges. ``feed`` returns no spans."""
 
-def _long_line(seg: int, data: bytes) -> bool:
-    """Could a line run past LINE_CAP in ``data`` (``seg`` bytes of it already forwarded)? A few
-    finds per chunk, never a loop per line."""
-    first = _line_end(data, 0)
-    if seg + (len(data) if first < 0 else first) > LINE_CAP:
-        return True
-    for k in range(0, len(data) - _WINDOW + 1, _WINDOW):
-        if data.find(b"\n", k, k + _WINDOW) < 0 and data.find(b"\r", k, k + _WINDOW) < 0:
-            return True
-    return False
+    def __init__(self, meta, resource, logs):
+        _load()
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-
-# -- the processor process ----------------------------------------------------------------------
-
-class Processor:
-    """Messages from the reader -> the line parser -> OTel records; acknowledges the program's exit."""
-
-    def __init__(self, cfg: dict):
-        import _socket
-
-        self.cfg = cfg
-        self.names = [spec["name"] for spec in cfg["streams"]]
-        self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET, 0, cfg["sock_fd"])
-        self._parser = None  # made with the first message to parse: a quiet program's exit is quick
-        self.ack_fd = cfg.get("ack_fd")
-        self.acked = False
-        self.exit_timeout = float(cfg.get("exit_timeout", 5))
-        self.emitter = None  # built on the first record to export: a quiet program pays nothing
-        self._emitter_failed = False
+        meta = meta or {}
+        self.names = list(meta.get("streams") or ("stdout", "stderr"))
+        mode = meta.get("mode") if meta.get("mode") in cp.MODES else "metadata"
+        self.parser = cp.ConsoleParser(mode, _redactor(meta.get("redact") or ()))
+        self.resource = resource  # the program's Resource, from its hello
+        self.logs = logs
+        self.scope = InstrumentationScope("evlog.console")
+        self.seen: dict = {}  # stream index -> (bytes, newlines) parsed so far
+        self.last = 0.0  # monotonic time of the last output
+        self.idle = True  # pending repeat notices were flushed since
+        self.gauges = None
         self._contexts: dict = {}
+        self._attrs = [{ATTR_IOSTREAM: name} for name in self.names]
 
-    @property
-    def parser(self):
-        if self._parser is None:
-            _load()
-            self._parser = cp.ConsoleParser(self.cfg.get("mode", "metadata"), _redactor(self.cfg.get("redact", ())))
-        return self._parser
+    def feed(self, records, now: float, final: bool = False) -> list:
+        out: list = []
+        parser = self.parser
+        for r in records:
+            kind = r[0]
+            if kind == "d":
+                _, i, ctx, t, data, offset, lines, at_start = r
+                self._gap(i, offset, lines, at_start)
+                self.seen[i] = (offset + len(data), lines + data.count(b"\n"))
+                self._emit(parser.feed(self.names[i], data), i, ctx, t, out)
+                self.last, self.idle = now, False
+            elif kind == "e":
+                _, i, offset, lines, at_start = r
+                self._gap(i, offset, lines, at_start)
+                self._emit(parser.close(self.names[i]), i, None, time.time_ns(), out)
+            elif kind == "x":
+                self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
+        if final:
+            self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
+            if self.gauges is not None:
+                self.gauges.shutdown()
+        elif not self.idle and now - self.last >= IDLE_S:
+            self._emit(parser.flush(), 0, None, time.time_ns(), out)  # pending repeat notices
+            self.idle = True
+        if out:
+            self.logs.add(out)
+        return []
 
-    def run(self) -> None:
-        idle_flushed = True
-        while True:
-            if not select.select([self.sock], [], [], IDLE_S)[0]:
-                if not idle_flushed and self._parser is not None:
-                    self._emit(self.parser.flush(), None, time.time_ns())  # pending repeat notices
-                    idle_flushed = True
-                continue
-            try:
-                msg = self.sock.recv(MESSAGE + 256)
-            except (BlockingIOError, InterruptedError):
-                continue
-            except OSError:
-                msg = b""
-            kind = msg[:1]
-            if kind == b"d":
-                self._wait_for_room()
-                name, ctx, t = self.names[int(msg[1:2])], msg[2:52], int(msg[52:72])
-                self._emit(self.parser.feed(name, msg[72:]), ctx, t)
-                idle_flushed = False
-            elif kind == b"t":  # bytes the reader cut off the end of the current line
-                # the parser's own overflow count of that line (it reports "N more bytes")
-                self.parser._stream(self.names[int(msg[1:2])]).overflow += int(msg[2:])
-            elif kind == b"g":
-                lost, partial = msg[2:].split(b",")
-                self.parser.discard(self.names[int(msg[1:2])], int(lost), partial == b"1")
-                idle_flushed = False
-            elif kind == b"e":
-                if self._parser is not None:
-                    self._emit(self.parser.close(self.names[int(msg[1:2])]), None, time.time_ns())
-            elif kind == b"x":
-                if self._parser is not None:
-                    self._emit(self.parser.flush(partial=True), None, time.time_ns())
-                if self.emitter:
-                    self.emitter.flush(self.exit_timeout)
-                self._ack()
-            else:  # b"z" or end of file: every stream is closed
-                if self._parser is not None:
-                    self._emit(self.parser.flush(partial=True), None, time.time_ns())
-                if self.emitter:
-                    self.emitter.shutdown(self.exit_timeout)
-                self._ack()  # or, if the program already had it, a stats line for the rest
-                return
+    def _gap(self, i: int, offset: int, lines: int, at_start: bool) -> None:
+        """Bytes of stream ``i`` before ``offset`` that never came (dropped on the way) are reported."""
+        seen_bytes, seen_lines = self.seen.get(i, (0, 0))
+        if offset > seen_bytes:
+            self.parser.discard(self.names[i], lines - seen_lines, not at_start)
+            self.seen[i] = (offset, lines)
 
-    def _wait_for_room(self) -> None:
-        """Never emit more than the SDK's queue holds (it would drop records uncounted): wait for
-        the exporter instead; meanwhile the socket fills and the reader drops, counted."""
-        e = self.emitter
-        while e is not None and e.backlog() > e.room:
-            time.sleep(0.01)
-
-    def _emit(self, records: list, ctx_hex, t: int) -> None:
+    def _emit(self, records: list, i: int, ctx_hex, t: int, out: list) -> None:
         if not records:
             return
+        from opentelemetry._logs import LogRecord
+        from opentelemetry.sdk._logs import ReadableLogRecord
+
+        resource, scope, ctx = self.resource(), self.scope, self._context(ctx_hex)
+        disabled = self.parser.mode == "disabled"  # notices are counted, but nothing of the console is exported
+        observed = time.time_ns()
         for r in records:
-            if r.kind == cp.WARNING:
+            kind = r.kind
+            if kind == cp.WARNING:
                 _report.warn_once("console-command:" + r.body[:200], r.body)
-            elif r.kind == cp.DROPPED:
-                stats.incr("console.dropped", r.count)
-        if self.parser.mode == "disabled":  # counted, but nothing of the console is exported
-            records = [r for r in records if r.kind != cp.DROPPED]
-        if self.emitter is None and not self._emitter_failed:
-            if all(r.kind == cp.WARNING for r in records):
-                return
-            try:
-                self.emitter = Emitter(self.cfg)
-            except Exception as exc:
-                self._emitter_failed = True
-                _report.warn_once("console-otel", f"console capture cannot export: {exc!r}")
-        if self.emitter is not None:
-            self.emitter.emit(records, self._context(ctx_hex), t)
+                continue
+            event = None
+            if kind == cp.TEXT:
+                attrs = self._attrs[self.names.index(r.stream)] if r.stream in self.names else {ATTR_IOSTREAM: r.stream}
+            elif kind == cp.METADATA or kind == cp.COMMAND:
+                attrs = {ATTR_IOSTREAM: r.stream}
+                event = "evlog.metadata" if kind == cp.METADATA else "evlog.console.command"
+                if kind == cp.METADATA:
+                    self._gauge(r.body)
+            elif kind == cp.REPEATED:
+                attrs = {ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count}
+            elif kind == cp.DROPPED:
+                if disabled:
+                    continue
+                attrs = {ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count}
+            else:
+                continue
+            out.append(ReadableLogRecord(LogRecord(timestamp=t, observed_timestamp=observed, context=ctx, body=r.body,
+                                                   attributes=attrs, event_name=event),
+                                         resource=resource, instrumentation_scope=scope))
 
     def _context(self, ctx_hex):
-        if ctx_hex is None or ctx_hex == _NO_CTX:
+        if ctx_hex is None:
             return None
         ctx = self._contexts.get(ctx_hex)
         if ctx is None:
@@ -495,154 +555,49 @@ class Processor:
             self._contexts[ctx_hex] = ctx
         return ctx
 
-    def _ack(self) -> None:
-        """Tell the program its output is exported (with this relay's counters for its summary)."""
-        counters = dict(stats.counters) if stats else {}
-        if stats:
-            stats.reset()
-        if self.ack_fd is None or self.acked:
-            if counters:
-                _write_stats_line(self.cfg, counters)  # the program is gone: speak for it
-            return
-        self.acked = True
+    def _gauge(self, body: dict) -> None:
         try:
-            if counters:
-                import json
-
-                os.write(self.ack_fd, (json.dumps(counters) + "\n").encode())
-            else:
-                os.write(self.ack_fd, b"{}\n")
-            os.close(self.ack_fd)
-        except OSError:
-            _write_stats_line(self.cfg, counters)
+            if self.gauges is None:
+                self.gauges = Gauges(self.resource())
+            self.gauges.set(body)
+        except Exception as exc:
+            _report.warn_once("console-gauges-failed", f"console metadata gauges cannot be exported: {exc!r}")
+            self.gauges = _NoGauges()
 
 
-def _load() -> None:
-    global cp, _report, stats
-    if cp is None:
-        from evlog import _report as report_module, stats as stats_module
-        from evlog.instrumentation import console_parse
+class _NoGauges:
+    def set(self, body) -> None:
+        pass
 
-        _report, stats, cp = report_module, stats_module, console_parse
-        stats.no_progress()  # its counters reach the summary through the program (_ack)
-
-
-def _redactor(patterns):
-    from evlog.instrumentation.redact import Redactor
-
-    return Redactor(patterns)
-
-
-def _warn(key: str, message: str) -> None:
-    try:
-        _load()
-        _report.warn_once(key, message)
-    except BaseException:
-        os.write(2, f"evlog: {message}\n".encode("utf-8", "replace"))
-
-
-def _write_stats_line(cfg: dict, counters: dict) -> None:
-    """The program died without waiting for us (os._exit, SIGKILL): its stats line, in its name."""
-    import json
-
-    path = cfg.get("stats_file")
-    if not path:
-        return
-    line = json.dumps({"pid": cfg.get("program_pid"), "time": time.time(), **counters}) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-    except OSError:
+    def shutdown(self) -> None:
         pass
 
 
-# -- OTel: records -> log records, metadata -> gauges ----------------------------------------------
+class Gauges:
+    """``evlog.metadata.{key}`` gauges: the last value of each numeric metadata key, on a MeterProvider
+    with the program's resource and the run's metric exporters."""
 
-class Emitter:
-    """This relay's own LoggerProvider and MeterProvider, with the program's resource."""
-
-    def __init__(self, cfg: dict):
-        from opentelemetry import metrics
-        from opentelemetry._logs import get_logger, set_logger_provider
-        from opentelemetry.sdk._logs import LoggerProvider
-        from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    def __init__(self, resource):
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-        from opentelemetry.sdk.resources import Resource
 
         from evlog import config
-        from evlog.bootstrap import sdk
         from evlog.exporters import select as exporters
 
-        settings = config.load()
-        if cfg.get("run_dir"):
-            settings = settings.with_overrides(run_dir=cfg["run_dir"])
-        route = getattr(sdk, "route_sdk_logging", None)
-        if route:
-            route()  # SDK warnings -> one evlog line each, as in every other process
-
-        n = settings.sdk_numbers  # validated, with the same defaults as every other process of the run
-        resource = Resource(cfg.get("resource") or {})
-        lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
-        self.room = max(64, n["OTEL_BLRP_MAX_QUEUE_SIZE"] * 3 // 4)  # records in flight before the processor waits
-        self.emitted = 0
-        self._exported: list = []  # one [count] per exporter: records it was handed
-        for kind in settings.exporters.logs:
-            make = exporters.factory("logs", kind, settings)
-            if make:
-                cell = [0]
-                self._exported.append(cell)
-                lp.add_log_record_processor(BatchLogRecordProcessor(
-                    _counting(exporters.managed_log_exporter(make), cell),
-                    max_queue_size=n["OTEL_BLRP_MAX_QUEUE_SIZE"], schedule_delay_millis=n["OTEL_BLRP_SCHEDULE_DELAY"],
-                    max_export_batch_size=n["OTEL_BLRP_MAX_EXPORT_BATCH_SIZE"],
-                    export_timeout_millis=n["OTEL_BLRP_EXPORT_TIMEOUT"]))
+        settings = config.get()
+        n = settings.sdk_numbers
         readers = []
         for kind in settings.exporters.metrics:
             make = exporters.factory("metrics", kind, settings)
             if make:
                 readers.append(PeriodicExportingMetricReader(
-                    exporters.managed_metric_exporter(make),
-                    export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+                    exporters.managed_metric_exporter(make), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
                     export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"]))
-        mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
-        set_logger_provider(lp)
-        metrics.set_meter_provider(mp)
-        self.providers = (lp, mp)
-        self.logger = get_logger("evlog.console")
-        self.meter = metrics.get_meter("evlog.console")
+        self.provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+        self.meter = self.provider.get_meter("evlog.console")
         self.values: dict[str, float] = {}
-        self._stdout = {ATTR_IOSTREAM: "stdout"}
-        self._stderr = {ATTR_IOSTREAM: "stderr"}
 
-    def backlog(self) -> int:
-        """Records emitted and not yet handed to the slowest exporter (the SDK queue's length)."""
-        return self.emitted - min((c[0] for c in self._exported), default=self.emitted)
-
-    def emit(self, records: list, ctx, t: int) -> None:
-        emit = self.logger.emit
-        self.emitted += sum(1 for r in records if r.kind != cp.WARNING)
-        for r in records:
-            kind = r.kind
-            attrs = self._stdout if r.stream == "stdout" else self._stderr
-            if kind == cp.TEXT:
-                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs)
-            elif kind == cp.METADATA:
-                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.metadata")
-                self._gauges(r.body)
-            elif kind == cp.COMMAND:
-                emit(timestamp=t, context=ctx, body=r.body, attributes=attrs, event_name="evlog.console.command")
-            elif kind == cp.REPEATED:
-                emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count})
-            elif kind == cp.DROPPED:
-                emit(timestamp=t, context=ctx, body=r.body,
-                     attributes={ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count})
-
-    def _gauges(self, body: dict) -> None:
+    def set(self, body: dict) -> None:
         for key, value in cp.numeric_items(body):
             name = metric_name(key)
             if name not in self.values:
@@ -664,32 +619,50 @@ class Emitter:
 
         return observe
 
-    def flush(self, timeout_s: float) -> None:
-        _bounded(lambda: [p.force_flush(int(timeout_s * 1000)) for p in self.providers], timeout_s)
-
-    def shutdown(self, timeout_s: float) -> None:
-        self.flush(timeout_s)
-        _bounded(lambda: [p.shutdown() for p in self.providers], 1.0)
+    def shutdown(self) -> None:
+        """The last values go out (bounded: the exporter process's exit time is limited)."""
+        _bounded(self.provider.shutdown, 1.0)
 
 
-def _counting(exporter, cell: list):
-    """``exporter``, counting into ``cell`` the records it is handed (exported or not)."""
-    from opentelemetry.sdk._logs.export import LogRecordExporter
+def _load() -> None:
+    global cp, _report, stats
+    if cp is None:
+        from evlog import _report as report_module, stats as stats_module
+        from evlog.instrumentation import console_parse
 
-    class Counting(LogRecordExporter):
-        def export(self, batch):
-            try:
-                return exporter.export(batch)
-            finally:
-                cell[0] += len(batch)
+        _report, stats, cp = report_module, stats_module, console_parse
 
-        def shutdown(self):
-            exporter.shutdown()
 
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return exporter.force_flush(timeout_millis)
+def _redactor(patterns):
+    from evlog.instrumentation.redact import Redactor
 
-    return Counting()
+    return Redactor(patterns)
+
+
+def _warn(key: str, message: str) -> None:
+    try:
+        _load()
+        _report.warn_once(key, message)
+    except BaseException:
+        os.write(2, f"evlog: {message}\n".encode("utf-8", "replace"))
+
+
+def _write_stats_line(cfg: dict, counters: dict) -> None:
+    """The program did not wait for us (os._exit, SIGKILL): its stats line, in its name."""
+    import json
+
+    path = cfg.get("stats_file")
+    if not path:
+        return
+    line = json.dumps({"pid": cfg.get("program_pid"), "time": time.time(), **counters}) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def metric_name(key: str) -> str:
@@ -709,78 +682,19 @@ def _bounded(fn, timeout_s: float) -> None:
 # -- entry point --------------------------------------------------------------------------------
 
 def main(cfg: dict) -> None:
-    """Run as the reader or the processor; never returns (os._exit after a bounded flush)."""
+    """Run as the reader; never returns (os._exit once the program's output has ended)."""
     import _signal as signal  # the C module: "signal" would import enum, slower to start
 
     code = 0
     try:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             signal.signal(sig, signal.SIG_IGN)  # the relay ends when the program's output does
-        if cfg["role"] == "reader":
-            _follow_window_size(cfg)
-            Reader(cfg).run()
-        else:
-            _lower_priority()
-            Processor(cfg).run()
+        _follow_window_size(cfg)
+        Reader(cfg).run()
     except BaseException as exc:
-        _warn("console-relay", f"console capture failed ({cfg.get('role')}): {exc!r}")
+        _warn("console-relay", f"console capture failed: {exc!r}")
         code = 1
     os._exit(code)
-
-
-def _fork_processor(cfg: dict, streams: list, ack_fd):
-    """Fork the processor off the (single-threaded) reader; returns the reader's end of their socket."""
-    import _signal as signal
-    import _socket
-
-    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:  # the processor: a session of its own (see _lower_priority), none of the reader's streams
-        code = 0
-        try:
-            mine.close()
-            for s in streams:
-                try:
-                    os.close(s.fd)
-                except OSError:
-                    pass
-            signal.signal(signal.SIGWINCH, signal.SIG_DFL)
-            os.setsid()
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 0)
-            os.dup2(null, 1)  # a console exporter's output must not land in the program's stdout
-            os.close(null)
-            _lower_priority()
-            Processor({**cfg, "role": "processor", "sock_fd": theirs.detach(), "ack_fd": ack_fd}).run()
-        except BaseException as exc:
-            _warn("console-relay", f"console capture failed (processor): {exc!r}")
-            code = 1
-        os._exit(code)
-    theirs.close()
-    if ack_fd is not None:
-        os.close(ack_fd)
-    mine.setblocking(False)
-    try:
-        mine.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDBUF, SOCKET_BUFFER)
-    except OSError:
-        pass
-    return mine
-
-
-def _lower_priority() -> None:
-    """Export is background work. With autogroup scheduling (Linux's default on desktops and most
-    servers) CPU is shared between sessions before nice values count: the processor runs in a
-    session of its own (console.py starts it so) whose group it lowers, so it takes nothing from
-    the program's. Before any thread starts: the exporter threads inherit the thread's nice."""
-    try:
-        with open("/proc/self/autogroup", "w") as fh:
-            fh.write(str(NICE))
-    except OSError:
-        pass
-    try:
-        os.nice(NICE)
-    except OSError:
-        pass
 
 
 def _follow_window_size(cfg: dict) -> None:
