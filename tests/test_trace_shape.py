@@ -125,7 +125,8 @@ def test_erred_tasks_of_the_big_map_are_links_on_its_group_span(shaped):
     assert all("ValueError" in a["exception.message"] for a in linked.values())
 
 
-def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shaped):
+def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shaped, capsys):
+    from evlog import cli
     from evlog.report.model import build
     from evlog.viewer import server
     from evlog.viewer.runfolder import RunFolder
@@ -150,3 +151,8 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     assert set(comps) == {"get", "map"}
     assert len(comps["map"].tasks) == N and len(comps["get"].tasks) == 169
     assert sum(1 for t in comps["map"].tasks.values() if t.executions) == N
+    key = next(iter(comps["map"].tasks))
+    story = [(e["start"], e["finish"]) for e in store.story(key) if e["start"] is not None]
+    assert story[0] == ("released", "waiting") and story[-1][1] in ("memory", "erred", "forgotten"), story
+    assert cli.main(["summary", str(run)]) == 0
+    assert "(2 Dask computations)" in capsys.readouterr().out
