@@ -153,6 +153,6 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     assert sum(1 for t in comps["map"].tasks.values() if t.executions) == N
     key = next(iter(comps["map"].tasks))
     story = [(e["start"], e["finish"]) for e in store.story(key) if e["start"] is not None]
-    assert story[0] == ("released", "waiting") and story[-1][1] in ("memory", "erred", "forgotten"), story
+    assert story[0] == ("released", "waiting") and {("processing", "memory"), ("processing", "erred")} & set(story)
     assert cli.main(["summary", str(run)]) == 0
     assert "(2 Dask computations)" in capsys.readouterr().out
