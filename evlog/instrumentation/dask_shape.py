@@ -55,7 +55,10 @@ def split(tasks: list, tp: str, limit: int, now: float):
     carriers: dict = {}
     records = []
     for tg, members in groups.items():
-        members.sort(key=_priority)
+        try:
+            members.sort(key=_priority)  # batches then run one after the other
+        except TypeError:  # priorities that do not compare: the graph's order
+            pass
         n = len(members)
         nb = -(-n // limit)
         group_span = _getrandbits(64) or 1
