@@ -7,8 +7,8 @@ and request, as a backend's per-trace limit counts them: Tempo refuses a trace o
 ``max_bytes_per_trace``, 5,000,000 bytes by default). Nothing to compare with a plain run here: the
 figures are the shape itself, and the proof that every task's execute span arrived.
 
-    python benchmarks/trace_shape.py            # 1,000, 20,000 and 100,000 tasks
-    python benchmarks/trace_shape.py --quick    # 1,000 and 5,000 tasks
+    python benchmarks/trace_shape.py            # 1,000, 20,000 and 100,000 tasks, and 20,000 unsplit
+    python benchmarks/trace_shape.py --quick    # 1,000 and 5,000 tasks, and 5,000 unsplit
     python benchmarks/trace_shape.py --sizes 20000 --env EVLOG_DASK_TRACE_TASKS=0   # one trace, as before
 
 Each size prints one line: ``trace_shape.N: T traces; the client call's trace S spans, B bytes;
@@ -137,6 +137,10 @@ def main() -> None:
     extra = dict(e.split("=", 1) for e in args.env)
     for n in sizes:
         print(one(n, extra), flush=True)
+    if not args.sizes and not args.env:  # what the same computation was before it was split
+        n = sizes[1]
+        print(one(n, {"EVLOG_DASK_TRACE_TASKS": "0"}).replace(f"trace_shape.{n}:", f"trace_shape.{n}_one_trace:", 1),
+              flush=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ import pytest
 from helpers import PYTHON, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs
 
-pytestmark = pytest.mark.slow  # a 20,000-task map (about 30 s): run in CI
-
 N = 20000
 FAILING = {4999, 9999, 14999, 19999}
 
@@ -64,6 +62,7 @@ def _computes(spans):
     return {s.trace_id: s for _res, s in spans if s.name == "dask.compute"}
 
 
+@pytest.mark.slow  # the 20,000-task map: about 30 s
 def test_a_small_graph_is_one_trace_with_all_its_execute_spans(shaped):
     r, _run = shaped
     spans = r.spans()
@@ -75,6 +74,7 @@ def test_a_small_graph_is_one_trace_with_all_its_execute_spans(shaped):
     assert all(s.parent_span_id == graph.span_id for s in mine if s.name.startswith(("dask.task", "dask.execute")))
 
 
+@pytest.mark.slow  # the 20,000-task map: about 30 s
 def test_every_task_of_the_big_map_arrives_in_traces_within_backend_limits(shaped):
     r, _run = shaped
     spans = r.spans()
@@ -112,6 +112,7 @@ def test_every_task_of_the_big_map_arrives_in_traces_within_backend_limits(shape
     assert {l.span_id for l in group.links} >= {b.span_id for b in batches.values()}
 
 
+@pytest.mark.slow  # the 20,000-task map: about 30 s
 def test_erred_tasks_of_the_big_map_are_links_on_its_group_span(shaped):
     r, _run = shaped
     spans = r.spans()
@@ -125,6 +126,7 @@ def test_erred_tasks_of_the_big_map_are_links_on_its_group_span(shaped):
     assert all("ValueError" in a["exception.message"] for a in linked.values())
 
 
+@pytest.mark.slow  # the 20,000-task map: about 30 s
 def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shaped, capsys):
     from evlog import cli
     from evlog.report.model import build
@@ -156,3 +158,55 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     assert story[0] == ("released", "waiting") and {("processing", "memory"), ("processing", "erred")} & set(story)
     assert cli.main(["summary", str(run)]) == 0
     assert "(2 Dask computations)" in capsys.readouterr().out
+
+
+GROUPS_APP = r'''
+from dask import delayed
+from distributed import Client, LocalCluster
+
+def inc(x):
+    return x + 1
+
+def total(*xs):
+    return sum(xs)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        xs = [delayed(inc)(i) for i in range(120)]
+        parts = [delayed(total)(*xs[i:i + 10]) for i in range(0, 120, 10)]
+        assert delayed(total)(*parts).compute() == sum(range(1, 121))  # 133 tasks
+'''
+
+
+def test_a_graph_over_the_limit_is_split_per_task_group_into_batches_of_at_most_the_limit(tmp_path):
+    (tmp_path / "app.py").write_text(GROUPS_APP)
+    with PlainReceiver() as r:
+        env = evlog_env({**r.env(), "EVLOG_SUMMARY": "false", "EVLOG_DASK_TRACE_TASKS": "50"})
+        proc = run_instrumented([PYTHON, str(tmp_path / "app.py")], env=env, timeout=120, cwd=str(tmp_path))
+        assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+        r.wait_for(lambda: sum(1 for _res, s in r.spans() if s.name.startswith("dask.group")) >= 2, timeout=60)
+        spans = [s for _res, s in r.spans()]
+    [compute] = [s for s in spans if s.name == "dask.compute"]
+    groups = {s.span_id: s for s in spans if s.name.startswith("dask.group")}
+    assert sorted(s.name for s in groups.values()) == ["dask.group inc", "dask.group total"]
+    assert all(g.trace_id == compute.trace_id and g.parent_span_id == compute.span_id for g in groups.values())
+    assert {attrs(g.attributes)["dask.task.prefix"]: attrs(g.attributes)["dask.group.tasks"]
+            for g in groups.values()} == {"inc": 120, "total": 13}
+    batches = {s.trace_id: s for s in spans if s.name.startswith("dask.batch")}
+    sizes = Counter()
+    for b in batches.values():
+        [link] = b.links
+        g = groups[link.span_id]
+        assert b.name.split(" ")[1] == attrs(g.attributes)["dask.task.prefix"] and link.trace_id == compute.trace_id
+        sizes[b.name] += 1
+        assert attrs(b.attributes)["dask.batch.tasks"] <= 50
+    assert sizes == {"dask.batch inc": 3, "dask.batch total": 1}
+    tasks = [s for s in spans if s.name.startswith(("dask.task ", "dask.execute "))]
+    assert len(tasks) == 2 * 133
+    for s in tasks:  # each in its group's batch trace, under the batch span
+        b = batches[s.trace_id]
+        assert s.parent_span_id == b.span_id and s.name.split(" ")[1] == b.name.split(" ")[1]
+    for s in spans:  # dependencies fetched from the other worker: in the trace of the task that needed them
+        if s.name == "dask.transfer":
+            assert s.trace_id in batches

@@ -1,8 +1,9 @@
 """Trace shaping: a big computation's tasks go into bounded traces, linked to its client call's trace.
 
 A computation (the tasks one graph brings to the scheduler with one carrier) of up to LIMIT tasks
-(EVLOG_DASK_TRACE_TASKS, default 2,000) stays one trace, as it always was. Past that, Jaeger's UI and
-Tempo's per-trace limit (5 MB by default) would choke on it, so it is split by task group:
+(EVLOG_DASK_TRACE_TASKS, default 2,000: about 3 MB of protobuf for trivial tasks) stays one trace, as
+it always was. Past that, Jaeger's UI and Tempo's per-trace limit (5 MB by default) would choke on it,
+so it is split by task group:
 
 - the client call's trace gets one ``dask.group {prefix}`` span per task group of the computation,
   child of its ``dask.compute`` span, with exact counts and compute-time statistics of the group's
@@ -33,7 +34,6 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 from . import dask_lives
 
 SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
-DEFAULT_LIMIT = 2000  # tasks in one trace: about 3 MB of protobuf for trivial tasks (BENCHMARKS.md)
 MAX_LINKS = 128  # links per group span to its batches, and to its erred tasks (the SDK's default limit)
 _getrandbits = random.getrandbits
 
