@@ -95,7 +95,7 @@ class SchedulerRecorder(SchedulerPlugin):
 
     def _shipped(self, items: list) -> None:
         """On the shipping thread: this process's story ledger and transition counts (both in C)."""
-        self.counts.update(map(_PAIR, items))  # a worker's removal counts as (None, None): not observed
+        self.counts.update(map(_PAIR, items))  # a worker removal (None, None), a shape record (SHAPE, None): not observed
         events.record_transitions(items)
 
     # ---- other hooks -----------------------------------------------------------------------------
@@ -226,7 +226,7 @@ def _observe_transitions(options):
         for pair, n in list(rec.counts.items()):
             total[pair] = total.get(pair, 0) + n
     return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f})
-            for (s, f), n in total.items() if s is not None]
+            for (s, f), n in total.items() if f is not None]  # not a removal or a shape record
 
 
 def _observe_tasks(options):
