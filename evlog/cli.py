@@ -113,11 +113,16 @@ def cmd_summary(args: argparse.Namespace) -> int:
         ("logs", s["logs"], ""),
         ("metric points", s["metric_points"], ""),
         ("processes", s["processes"], f"({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})"),
-        ("traces", s["traces"], ""),
+        ("traces", s["traces"], _computations(s.get("computations") or 0)),
     ):
         print(f"{label:<14}{value:>12,}  {note}".rstrip())
     print(f"{'time range':<14}{span or '-':>12}")
     return 0
+
+
+def _computations(n: int) -> str:
+    """A big Dask computation is split into several traces (docs/dask.md): the client calls, beside them."""
+    return f"({n:,} Dask computation{'s' if n != 1 else ''})" if n else ""
 
 
 def cmd_story(args: argparse.Namespace) -> int:

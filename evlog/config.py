@@ -42,6 +42,7 @@ SDK_NUMBERS = {
 SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
             "parentbased_traceidratio")
 DEFAULT_SAMPLER = "parentbased_always_on"
+DASK_TRACE_TASKS = 2000  # about 3 MB of protobuf per trace for trivial tasks (evlog/instrumentation/dask_shape.py)
 
 # variable -> YAML key
 _KEYS = {
@@ -50,6 +51,7 @@ _KEYS = {
     "EVLOG_CONSUMERS": "consumers",
     "EVLOG_REDACT": "redact",
     "EVLOG_DASK_TRANSITIONS": "dask_transitions",
+    "EVLOG_DASK_TRACE_TASKS": "dask_trace_tasks",
     "EVLOG_POOL_SPANS": "pool_spans",
     "EVLOG_SUMMARY": "summary",
 }
@@ -121,6 +123,7 @@ class Settings(_Record):
         "consumers": DEFAULT_CONSUMERS,
         "redact": (),
         "dask_transitions": True,
+        "dask_trace_tasks": DASK_TRACE_TASKS,  # tasks of one Dask computation in one trace; 0: no limit
         "pool_spans": "call",  # one span per call of a pool task, or per chunk of a chunked map
         "summary": True,
         "sdk_disabled": False,
@@ -137,6 +140,7 @@ class Settings(_Record):
     consumers: tuple[str, ...]
     redact: tuple[str, ...]
     dask_transitions: bool
+    dask_trace_tasks: int
     pool_spans: str
     summary: bool
     sdk_disabled: bool
@@ -221,6 +225,14 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
                 problems.append(f"{where}: expected true or false, got {raw!r}; using true")
             else:
                 kw[key] = b
+    if "dask_trace_tasks" in values:
+        raw, where = values["dask_trace_tasks"]
+        n = _whole(raw)
+        if n is None or n < 0:
+            problems.append(f"{where}: expected a whole number of tasks >= 0 (0: no limit), got {raw!r}; "
+                            f"using {DASK_TRACE_TASKS}")
+        else:
+            kw["dask_trace_tasks"] = n
     if "pool_spans" in values:
         raw, where = values["pool_spans"]
         mode = raw.strip().lower() if isinstance(raw, str) else None
@@ -243,6 +255,18 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
     kw["sampler"] = sampler(env, problems)
     kw["problems"] = tuple(problems)
     return Settings(**kw)
+
+
+def _whole(raw: Any) -> int | None:
+    """A whole number from a variable's text or a YAML value, else None."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int):
+        return raw
+    try:
+        return int(str(raw).strip().replace("_", ""))
+    except ValueError:
+        return None
 
 
 def parse_bool(raw: Any) -> bool | None:

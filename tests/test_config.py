@@ -62,11 +62,28 @@ def test_unknown_yaml_keys_are_named_with_the_closest_known_key(tmp_path):
     assert s.problems == (
         f"{f}, line 1: unknown key 'captur' (did you mean 'capture'?); ignoring it",
         f"{f}, line 2: unknown key 'foo' (known keys: run_dir, capture, consumers, redact, dask_transitions, "
-        "pool_spans, summary); ignoring it",
+        "dask_trace_tasks, pool_spans, summary); ignoring it",
         f"{f}, line 3: unknown key 'EVLOG_SUMARY' (did you mean 'summary'?); ignoring it",
         f"{f}, line 4, capture: unknown key 'mdoe' (did you mean 'mode'?); ignoring it",
     )
     assert s.capture == "metadata" and s.summary is True
+
+
+def test_dask_trace_tasks_from_the_variable_or_the_file_and_a_bad_value_named(tmp_path):
+    assert config.load({}).dask_trace_tasks == 2000
+    assert config.load({"EVLOG_DASK_TRACE_TASKS": "500"}).dask_trace_tasks == 500
+    assert config.load({"EVLOG_DASK_TRACE_TASKS": "0"}).dask_trace_tasks == 0
+    s = config.load({"EVLOG_DASK_TRACE_TASKS": "lots"})
+    assert s.dask_trace_tasks == 2000 and s.problems == (
+        "EVLOG_DASK_TRACE_TASKS: expected a whole number of tasks >= 0 (0: no limit), got 'lots'; using 2000",)
+    f = tmp_path / "evlog.yaml"
+    f.write_text("dask_trace_tasks: 300\n")
+    assert config.load({}, cwd=str(tmp_path)).dask_trace_tasks == 300
+    assert config.load({"EVLOG_DASK_TRACE_TASKS": "40"}, cwd=str(tmp_path)).dask_trace_tasks == 40  # the variable wins
+    f.write_text("summary: true\ndask_trace_tasks: -3\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.dask_trace_tasks == 2000 and s.problems == (
+        f"{f}, line 2, dask_trace_tasks: expected a whole number of tasks >= 0 (0: no limit), got -3; using 2000",)
 
 
 def test_wrongly_typed_yaml_values_name_their_key(tmp_path):

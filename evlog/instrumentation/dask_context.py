@@ -129,29 +129,35 @@ def _take(kw: dict):
     return _submitted.set(tp)
 
 
-def carry(scheduler, keys, group) -> None:
+def carry(scheduler, keys, group, split=None) -> list | None:
     """The scheduler's ``update_graph`` hook: each task of the graph that has no carrier yet gets the
-    one that came with the graph; without one, ``group(tasks)`` makes one for them and returns it."""
+    one that came with the graph; without one, ``group(tasks)`` makes one for them and returns it.
+    ``split(tasks, carrier)`` may give the tasks of a big graph carriers of their own (dask_shape):
+    then its records are returned."""
     tp = _submitted.get()
     get = scheduler.tasks.get
-    carriers = _carriers
     need = []
     for key in keys:
         ts = get(key)
-        if ts is None or ts in carriers:
+        if ts is None or ts in _carriers:
             continue
         ann = ts.annotations
         if ann and CARRIER in ann:  # a scheduler without the handler wrapped (evlog started late)
             continue
-        if tp is None:
-            need.append(ts)
-        else:
-            carriers[ts] = tp
-    if need:
+        need.append(ts)
+    if not need:
+        return None
+    if tp is None:
         tp = group(need)
-        if tp is not None:
-            for ts in need:
-                carriers[ts] = tp
+        if tp is None:
+            return None
+    shaped = split(need, tp) if split is not None else None
+    if shaped is None:
+        _carriers.update(dict.fromkeys(need, tp))
+        return None
+    by_task, records = shaped
+    _carriers.update(by_task)
+    return records
 
 
 def carrier_of(ts):
@@ -200,9 +206,9 @@ class WorkerCarriers:
         if tp is None:
             by_key.pop(key, None)
             return
-        by_key[key] = tp
         if len(by_key) >= self._sweep_at:
-            self._sweep()
+            self._sweep()  # before this key goes in: the worker does not know it yet
+        by_key[key] = tp
 
     def _sweep(self) -> None:
         worker = self._worker()

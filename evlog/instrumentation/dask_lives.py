@@ -12,9 +12,10 @@ Spans are built with the SDK's public types (ReadableSpan, Event, Resource, Span
 
 A recorded transition is ``(key, start, finish, stimulus_id, time, extra, info)``:
 - extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
-  (text, traceback) or None, nbytes, suspicious); else None;
+  (text, traceback) or None, nbytes, suspicious, seconds of compute or None); else None;
 - info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
-A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``.
+A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``; a big
+computation's batch is a shape record (dask_shape), whose batch and group spans are built here too.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from evlog import __version__
 
+from . import dask_shape
+
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 SCOPE = InstrumentationScope("evlog.dask", __version__)
@@ -36,7 +39,7 @@ KIND = "dask.transition"  # the records' kind
 
 # An open life: [serial, info, transitions, end, state, worker, dependencies, error, at end]
 #   end: time of its first transition to memory/erred/forgotten; state: that transition's finish
-#   at end: (nbytes, suspicious) from its memory/erred transition
+#   at end: (nbytes, suspicious, compute seconds) from its memory/erred transition
 _SN, _INFO, _TRANS, _END, _STATE, _WORKER, _DEPS, _ERR, _AT_END = range(9)
 
 
@@ -72,13 +75,17 @@ class Lives:
         self._removed: dict = {}  # stimulus id of a worker removal -> worker address
         self._parents: dict = {}  # traceparent -> SpanContext
         self._names: dict = {}
+        self._shapes = dask_shape.Shapes()
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         opened = self._open
         out: list = []
         for rec in batch:
             key = rec[0]
-            if key is None:  # a worker removal
+            if key is None:  # a worker removal, or a batch of a big computation
+                if rec[1] == dask_shape.SHAPE:
+                    self._shapes.add(rec[5])
+                    continue
                 if len(self._removed) > 65536:
                     self._removed.clear()
                 self._removed[rec[3]] = rec[5]
@@ -98,8 +105,8 @@ class Lives:
             if finish == "processing":
                 w = life[_WORKER] = extra
             elif finish == "memory" or finish == "erred":
-                w, deps, err, nbytes, suspicious = extra
-                life[_AT_END] = (nbytes, suspicious)
+                w, deps, err, nbytes, suspicious, compute = extra
+                life[_AT_END] = (nbytes, suspicious, compute)
                 life[_ERR] = err
                 if deps:
                     life[_DEPS] = deps
@@ -131,6 +138,7 @@ class Lives:
                 if type(life) is list:
                     self._emit(key, life, out)
             opened.clear()
+            self._shapes.flush(out, self.resource())
         return out
 
     def _emit(self, key, life: list, out: list) -> None:
@@ -139,6 +147,10 @@ class Lives:
         span = self._span(key, life)
         if span is not None:
             out.append(span)
+            if self._shapes.batches:
+                at_end = life[_AT_END]
+                self._shapes.ended(life[_INFO][3], key, span, life[_STATE], at_end[2] if at_end else None, out,
+                                   span.resource)
 
     def _only_released(self, trans: list) -> bool:
         """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
@@ -179,7 +191,7 @@ class Lives:
         }
         if worker:
             attrs["dask.worker.address"] = worker
-        nbytes, suspicious = at_end if at_end is not None else (None, 0)
+        nbytes, suspicious, _compute = at_end if at_end is not None else (None, 0, None)
         if nbytes is not None and nbytes >= 0:
             attrs["dask.task.nbytes"] = nbytes
         if deps:

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind
 from evlog import _report, events, records
 
 from . import dask_context as dc
-from . import dask_lives
+from . import dask_lives, dask_shape
 from . import dask_spans as ds
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
@@ -50,8 +50,13 @@ class SchedulerRecorder(SchedulerPlugin):
     name = "evlog-telemetry"
     idempotent = True
 
-    def __init__(self, scheduler, transitions: bool = True):
+    def __init__(self, scheduler, transitions: bool = True, trace_tasks: int | None = None):
         self.scheduler = scheduler
+        if trace_tasks is None:
+            from evlog import config
+
+            trace_tasks = config.get().dask_trace_tasks
+        self.trace_tasks = trace_tasks  # tasks of one computation in one trace (dask_shape)
         self._tasks = scheduler.tasks
         self._log = records.source(dask_lives.KIND, {"transitions": transitions}, self._shipped)
         self._append = self._log.append
@@ -78,9 +83,9 @@ class SchedulerRecorder(SchedulerPlugin):
                 if ts is not None:
                     deps = ts.dependencies
                     extra = (kw.get("worker"), tuple([d.key for d in deps]) if deps else None, err,
-                             ts.nbytes, ts.suspicious)
+                             ts.nbytes, ts.suspicious, _compute(kw.get("startstops")))
                 else:
-                    extra = (kw.get("worker"), None, err, None, 0)
+                    extra = (kw.get("worker"), None, err, None, 0, None)
             else:
                 extra = None
             info = _info(self._tasks.get(key)) if start == "released" else None
@@ -90,7 +95,7 @@ class SchedulerRecorder(SchedulerPlugin):
 
     def _shipped(self, items: list) -> None:
         """On the shipping thread: this process's story ledger and transition counts (both in C)."""
-        self.counts.update(map(_PAIR, items))  # a worker's removal counts as (None, None): not observed
+        self.counts.update(map(_PAIR, items))  # a worker removal (None, None), a shape record (SHAPE, None): not observed
         events.record_transitions(items)
 
     # ---- other hooks -----------------------------------------------------------------------------
@@ -106,10 +111,13 @@ class SchedulerRecorder(SchedulerPlugin):
 
     def update_graph(self, scheduler, *, client=None, keys=None, tasks=None, annotations=None, **kwargs):
         """The graph's tasks get the trace context that came with it (dask_context); tasks submitted
-        without one get one ``dask.compute`` span per submission."""
+        without one get one ``dask.compute`` span per submission. A graph of more than ``trace_tasks``
+        tasks is split into bounded traces (dask_shape): one shape record per batch."""
         try:
             if tasks:
-                dc.carry(scheduler, tasks, lambda need: self._group(client, need))
+                shapes = dc.carry(scheduler, tasks, lambda need: self._group(client, need), self._split)
+                if shapes:
+                    self._log.extend(shapes)
         except Exception as exc:
             _report.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
 
@@ -123,6 +131,9 @@ class SchedulerRecorder(SchedulerPlugin):
         span = tracer.start_span("dask.compute", context.Context(), SpanKind.PRODUCER, attrs)
         span.end()
         return ds.format_traceparent(span.get_span_context())
+
+    def _split(self, tasks: list, tp: str):
+        return dask_shape.split(tasks, tp, self.trace_tasks, self._time())
 
     async def close(self):
         records.remove(self._log)
@@ -138,6 +149,15 @@ def retire(rec: SchedulerRecorder) -> None:
 
 
 _retired: dict = {}
+
+
+def _compute(startstops) -> float | None:
+    """Seconds the task's function ran (its compute startstop), from the worker's task-finished message."""
+    if startstops:
+        for ss in startstops:
+            if ss.get("action") == "compute":
+                return ss["stop"] - ss["start"]
+    return None
 
 
 def _error_text(ts, kw: dict) -> tuple[str, str]:
@@ -206,7 +226,7 @@ def _observe_transitions(options):
         for pair, n in list(rec.counts.items()):
             total[pair] = total.get(pair, 0) + n
     return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f})
-            for (s, f), n in total.items() if s is not None]
+            for (s, f), n in total.items() if f is not None]  # not a removal or a shape record
 
 
 def _observe_tasks(options):

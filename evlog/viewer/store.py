@@ -510,12 +510,14 @@ class Store:
         processes = q("SELECT count(*) FROM processes")[0][0]
         hosts = q("SELECT count(DISTINCT host) FROM processes")[0][0]
         tasks = q("SELECT count(DISTINCT task_key) FROM spans WHERE task_key IS NOT NULL")[0][0]
+        # one per client call, however many traces a big one was split into (dask_shape)
+        computations = q("SELECT count(*) FROM spans WHERE name = 'dask.compute'")[0][0]
         starts = [x for x in (s0, m0, p0) if x]
         ends = [x for x in (s1, m1, p1) if x]
         return {
             "spans": spans, "span_events": span_events, "events": events, "logs": logs,
             "metric_points": points, "processes": processes, "hosts": hosts, "traces": traces,
-            "tasks": tasks, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
+            "tasks": tasks, "computations": computations, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
         }
 
     def processes(self) -> list[dict]:
