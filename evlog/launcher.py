@@ -205,6 +205,46 @@ def _die_with(launcher: int) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+RELAY_WAIT = 2.0  # seconds the launcher waits for the console relay of a program killed by a signal
+
+
+def _await_relay(stats_file: str, listener, env: dict, started):
+    """The program died by a signal (SIGKILL, a crash), so nothing made it wait for its console relay:
+    the relay may still hold its last lines, not yet handed to the run's exporter process, which its
+    first connection may not even have started yet. Wait (RELAY_WAIT at most) until the relay is gone,
+    starting the exporter process if it connects. Returns what ``_wait`` returns for the exporter."""
+    import select
+    import time
+
+    from evlog import stats
+
+    relays = [r["relay"] for r in stats.read_all(stats_file) if type(r.get("relay")) is int]
+    deadline = time.monotonic() + RELAY_WAIT
+    while relays and time.monotonic() < deadline:
+        relays = [p for p in relays if _running(p)]
+        if listener is not None and select.select([listener], [], [], 0.01)[0]:
+            try:
+                from evlog.bootstrap import exporter
+
+                started = exporter.spawn(listener, env, SITE_DIR)
+            except Exception as exc:
+                sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
+            listener.close()
+            listener = None
+        elif listener is None and relays:
+            time.sleep(0.01)
+    return started
+
+
+def _running(pid: int) -> bool:
+    """Is ``pid`` running (not gone, not a zombie waiting for its new parent to reap it)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> int:
     listener = _listen(env) if stats_file else None
     launcher = os.getpid()
@@ -238,6 +278,8 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             pass
     status, started = _wait(pid, listener, env)
     code = os.waitstatus_to_exitcode(status)
+    if code < 0 and stats_file:
+        started = _await_relay(stats_file, listener if started is None else None, env, started)
     if started is not None:
         from evlog.bootstrap import exporter
 

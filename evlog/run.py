@@ -108,10 +108,9 @@ def summary(path: str, killed_by: int | None = None) -> str:
         return ""
     total: dict[str, int] = {}
     exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}  # not one of the program's
-    pids = {r.get("pid") for r in rows if not r.get("info")} - exporters
+    rows = [r for r in rows if not r.get("info") and "relay" not in r]  # the run's and the console relay's notes
+    pids = {r.get("pid") for r in rows} - exporters
     for r in rows:
-        if r.get("info"):
-            continue
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
                 total[k] = total.get(k, 0) + v

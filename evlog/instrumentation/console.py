@@ -124,6 +124,10 @@ class _Capture:
                 os.close(ready_r)
             if ready is False:
                 raise RuntimeError("the console relay did not start")
+            if os.environ.get("EVLOG_STATS_FILE"):  # the launcher waits for it if the program is killed
+                from evlog import stats
+
+                stats.append_line(os.environ["EVLOG_STATS_FILE"], {"relay": self.procs[0].pid})
         except BaseException:
             for p in self.procs:
                 p.kill()
