@@ -42,6 +42,7 @@ SDK_NUMBERS = {
 SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off",
             "parentbased_traceidratio")
 DEFAULT_SAMPLER = "parentbased_always_on"
+_FACTORY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")  # span_processors entries
 DASK_TRACE_TASKS = 2000  # about 3 MB of protobuf per trace for trivial tasks (evlog/instrumentation/dask_shape.py)
 
 # variable -> YAML key
@@ -53,6 +54,7 @@ _KEYS = {
     "EVLOG_DASK_TRANSITIONS": "dask_transitions",
     "EVLOG_DASK_TRACE_TASKS": "dask_trace_tasks",
     "EVLOG_POOL_SPANS": "pool_spans",
+    "EVLOG_SPAN_PROCESSORS": "span_processors",
     "EVLOG_SUMMARY": "summary",
 }
 
@@ -125,6 +127,7 @@ class Settings(_Record):
         "dask_transitions": True,
         "dask_trace_tasks": DASK_TRACE_TASKS,  # tasks of one Dask computation in one trace; 0: no limit
         "pool_spans": "call",  # one span per call of a pool task, or per chunk of a chunked map
+        "span_processors": (),  # module:attribute factories run in the run's exporter process
         "summary": True,
         "sdk_disabled": False,
         "disabled_instrumentations": frozenset(),
@@ -142,6 +145,7 @@ class Settings(_Record):
     dask_transitions: bool
     dask_trace_tasks: int
     pool_spans: str
+    span_processors: tuple[str, ...]
     summary: bool
     sdk_disabled: bool
     disabled_instrumentations: frozenset[str]
@@ -233,6 +237,19 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
                             f"using {DASK_TRACE_TASKS}")
         else:
             kw["dask_trace_tasks"] = n
+    if "span_processors" in values:
+        raw, where = values["span_processors"]
+        if isinstance(raw, str) or (isinstance(raw, list) and all(isinstance(x, str) for x in raw)):
+            names = [x.strip() for x in (raw if isinstance(raw, list) else raw.split(","))]
+            names = [n for n in names if n]
+            bad = [n for n in names if not _FACTORY.match(n)]
+            if bad:
+                problems.append(f"{where}: expected module:attribute (like mypkg.telemetry:MyProcessor), got "
+                                f"{', '.join(map(repr, bad))}; ignoring {'it' if len(bad) == 1 else 'them'}")
+            kw["span_processors"] = tuple(dict.fromkeys(n for n in names if n not in bad))
+        else:
+            problems.append(f"{where}: expected module:attribute names (a comma list or a list), got {raw!r}; "
+                            "ignoring it")
     if "pool_spans" in values:
         raw, where = values["pool_spans"]
         mode = raw.strip().lower() if isinstance(raw, str) else None

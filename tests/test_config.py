@@ -62,7 +62,7 @@ def test_unknown_yaml_keys_are_named_with_the_closest_known_key(tmp_path):
     assert s.problems == (
         f"{f}, line 1: unknown key 'captur' (did you mean 'capture'?); ignoring it",
         f"{f}, line 2: unknown key 'foo' (known keys: run_dir, capture, consumers, redact, dask_transitions, "
-        "dask_trace_tasks, pool_spans, summary); ignoring it",
+        "dask_trace_tasks, pool_spans, span_processors, summary); ignoring it",
         f"{f}, line 3: unknown key 'EVLOG_SUMARY' (did you mean 'summary'?); ignoring it",
         f"{f}, line 4, capture: unknown key 'mdoe' (did you mean 'mode'?); ignoring it",
     )
@@ -280,3 +280,12 @@ def test_the_run_folder_is_named_after_the_service_name_when_set(tmp_path, env, 
     spans = read_run_folder(str(run_dir))["spans"]
     assert [s["name"] for s in spans] == ["s"]
     assert spans[0]["resource"]["service.name"] == (name.replace("_", " ") if env else "app")
+
+
+def test_span_processors_take_module_attribute_names_and_name_the_others():
+    s = config.load({"EVLOG_SPAN_PROCESSORS": "pkg.mod:Proc, bad, other:make.log,,"})
+    assert s.span_processors == ("pkg.mod:Proc", "other:make.log")
+    assert s.problems == ("EVLOG_SPAN_PROCESSORS: expected module:attribute (like mypkg.telemetry:MyProcessor), "
+                          "got 'bad'; ignoring it",)
+    s = config.load({"EVLOG_SPAN_PROCESSORS": ""})
+    assert s.span_processors == () and not s.problems

@@ -156,6 +156,7 @@ class Pipeline:
 
         self.signal = signal
         self.sinks: list | None = None
+        self.processors = None  # EVLOG_SPAN_PROCESSORS (span_processors.RunProcessors), for spans
         self.delay = 0.5  # seconds between export passes (OTEL_BSP_SCHEDULE_DELAY once configured)
         self._wake = threading.Event()
         self._stop = False
@@ -175,9 +176,17 @@ class Pipeline:
         p = "OTEL_BSP_" if signal == "traces" else "OTEL_BLRP_"
         self.delay = n[p + "SCHEDULE_DELAY"] / 1000
         self.sinks = [_Sink(m, n[p + "MAX_EXPORT_BATCH_SIZE"], signal) for m in makers]
+        if signal == "traces" and settings.span_processors:
+            from .span_processors import RunProcessors
+
+            self.processors = RunProcessors(settings.span_processors)
 
     def add(self, spans: list) -> None:
-        if not spans or not self.sinks:
+        if not spans:
+            return
+        if self.processors is not None:
+            self.processors.on_end(spans)
+        if not self.sinks:
             return
         from evlog import stats
 
@@ -530,6 +539,8 @@ def main() -> None:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
     builder.tick(final=True)
+    if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
+        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, (deadline - time.monotonic()) / 2)))
     _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
@@ -546,6 +557,14 @@ def _finish(pipelines, timeout_s: float) -> None:
     pipelines[0].finish(timeout_s)
     for t in threads:
         t.join(timeout_s + 0.5)
+
+
+def _bounded(fn, timeout_s: float) -> None:
+    import threading
+
+    t = threading.Thread(target=fn, name="evlog-span-processors-end", daemon=True)
+    t.start()
+    t.join(timeout_s)
 
 
 def _spool_limit() -> int:
