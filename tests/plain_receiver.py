@@ -7,6 +7,7 @@ not by evlog's own decoder (tests/receiver.py is evlog's receiver, for everythin
         env = {**os.environ, **r.env()}
         ... run something under evlog-instrument ...
         spans = r.spans()   # [(ResourceSpans' resource attributes as a dict, Span message), ...]
+        logs = r.logs()     # [(ResourceLogs' resource attributes as a dict, LogRecord message), ...]
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def attrs(kvs) -> dict:
 class PlainReceiver:
     def __init__(self, port: int = 0):
         self.requests: list = []  # ExportTraceServiceRequest messages, as received
+        self.log_requests: list = []  # ExportLogsServiceRequest messages, as received
         self._cond = threading.Condition()
         receiver = self
 
@@ -49,6 +51,9 @@ class PlainReceiver:
 
         class Logs(logs_service_pb2_grpc.LogsServiceServicer):
             def Export(self, request, context):
+                with receiver._cond:
+                    receiver.log_requests.append(request)
+                    receiver._cond.notify_all()
                 return logs_service_pb2.ExportLogsServiceResponse()
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
@@ -71,6 +76,13 @@ class PlainReceiver:
     def env(self) -> dict:
         return {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.port}",
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_INSECURE": "true"}
+
+    def logs(self) -> list:
+        """[(ResourceLogs' resource attributes as a dict, LogRecord message), ...]"""
+        with self._cond:
+            reqs = list(self.log_requests)
+        return [(attrs(rl.resource.attributes), rec)
+                for req in reqs for rl in req.resource_logs for sl in rl.scope_logs for rec in sl.log_records]
 
     def spans(self) -> list:
         with self._cond:

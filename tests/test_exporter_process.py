@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from helpers import PYTHON, evlog_env, run_instrumented
-from plain_receiver import PlainReceiver, attrs
+from plain_receiver import PlainReceiver, attrs, value
 
 APP = r'''
 import json, os, signal, sys, time
@@ -275,3 +275,45 @@ def test_a_process_without_the_launcher_starts_its_own_exporter_even_with_a_stal
     assert b"evlog:" not in proc.stderr, proc.stderr.decode()
     spans = read_run_folder(str(run_dir))["spans"]
     assert len([s for s in spans if s["name"] == "dask.task inc"]) == 10
+
+
+CONSOLE_APP = r'''
+import json, os, sys
+from opentelemetry import trace
+
+with trace.get_tracer("app").start_as_current_span("step") as span:
+    print("plain line", flush=True)
+    print(json.dumps({"loss": 0.25, "epoch": 3}), flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    ctx = span.get_span_context()
+print(json.dumps({"pid": os.getpid(), "trace": format(ctx.trace_id, "032x"), "span": format(ctx.span_id, "016x")}),
+      flush=True)
+'''
+
+
+def test_console_records_reach_a_plain_receiver_as_the_sdk_would_send_them(tmp_path):
+    """The program's console lines, parsed and built in the exporter process: each a log record with the
+    program's resource, its stream, the span current when it was written, metadata as an event."""
+    app = tmp_path / "console.py"
+    app.write_text(CONSOLE_APP)
+    with PlainReceiver() as r:
+        proc = run_instrumented([PYTHON, str(app)], env=evlog_env({**r.env(), "EVLOG_SUMMARY": "false",
+                                                                   "EVLOG_CAPTURE": "enabled"}), timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        out = json.loads(proc.stdout.decode().splitlines()[-1])
+        r.wait_for(lambda: len(r.logs()) >= 4, timeout=60)
+        recs = {}
+        for res, rec in r.logs():
+            body = value(rec.body)
+            recs[json.dumps(body, sort_keys=True) if isinstance(body, dict) else body] = (res, rec)
+        res, plain = recs["plain line"]
+        assert res["process.pid"] == out["pid"] and res["evlog.run.id"]
+        assert attrs(plain.attributes) == {"log.iostream": "stdout"} and not plain.event_name
+        assert plain.trace_id.hex() == out["trace"] and plain.span_id.hex() == out["span"]
+        assert plain.time_unix_nano > 0 and plain.observed_time_unix_nano >= plain.time_unix_nano
+        _res, meta = recs[json.dumps({"epoch": 3, "loss": 0.25})]
+        assert meta.event_name == "evlog.metadata" and attrs(meta.attributes) == {"log.iostream": "stdout"}
+        _res, err = recs["to stderr"]
+        assert attrs(err.attributes) == {"log.iostream": "stderr"} and err.span_id.hex() == out["span"]
+        last = recs[json.dumps(out, sort_keys=True)][1]
+        assert not any(last.span_id)  # written after the span ended: no span
