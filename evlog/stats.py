@@ -16,7 +16,6 @@ import os
 import time
 
 counters: dict[str, int] = {}
-_progress = [True]  # write progress lines (after each export)
 
 
 def incr(name: str, n: int = 1) -> None:
@@ -44,16 +43,9 @@ def write_process_line(path: str | None = None, final: bool = True) -> None:
         append_line(path, {"pid": os.getpid(), "time": time.time(), **delta})
 
 
-def no_progress() -> None:
-    """This process reports its counters through another (the console relay through the program it
-    serves): no progress lines of its own."""
-    _progress[0] = False
-
-
 def progress() -> None:
     """A progress line (after each export: one append beside a whole export)."""
-    if _progress[0]:
-        write_process_line(final=False)
+    write_process_line(final=False)
 
 
 MEMFD_NAME = "evlog-stats-"

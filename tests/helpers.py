@@ -50,9 +50,9 @@ def read_run_folder(path: str) -> dict:
     from evlog.viewer import otlp_decode
 
     out = {"spans": [], "logs": [], "metrics": []}
-    for signal, key, fn in (("traces", "spans", otlp_decode.decode_spans), ("logs", "logs", otlp_decode.decode_logs),
+    for sig, key, fn in (("traces", "spans", otlp_decode.decode_spans), ("logs", "logs", otlp_decode.decode_logs),
                             ("metrics", "metrics", otlp_decode.decode_metrics)):
-        for f in sorted(glob.glob(os.path.join(path, f"{signal}*.jsonl"))):
+        for f in sorted(glob.glob(os.path.join(path, f"{sig}*.jsonl"))):
             with open(f, encoding="utf-8") as fh:
                 for line in fh:
                     out[key].extend(fn(json.loads(line)))

@@ -16,13 +16,6 @@ from . import otlp_json
 _dumps = otlp_json.dumps
 
 
-def make_run_dir(path: str) -> str:
-    """Create the run folder readable by the user alone; return its absolute path."""
-    path = os.path.abspath(path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
 class RunFolderWriter:
     """Appends whole lines to ``<run_dir>/<signal>-<pid>.jsonl``."""
 

@@ -25,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from evlog import _report, records
+from evlog import records
 
 from . import pool_spans
 

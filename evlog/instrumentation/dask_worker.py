@@ -45,7 +45,7 @@ def _ids(sc) -> tuple | None:
 
 class WorkerRecorder:
     """Records executions and transfers; the exporter process builds their spans. Not a WorkerPlugin
-    (the worker's plugin list stays the user's): one per Worker, found through ``recorder_of``, set up
+    (the worker's plugin list stays the user's): one per Worker, kept in ``_recorders``, set up
     when the worker registers with the scheduler (startup_information) and torn down when it closes."""
 
     def __init__(self, worker):
@@ -230,10 +230,6 @@ def detach(worker) -> None:
     if rec is not None:
         dc.restore_tasks(worker, rec.originals)
         rec.teardown(worker)
-
-
-def recorder_of(worker):
-    return _recorders.get(worker)
 
 
 # ---- wrappers (installed by DaskInstrumentor) ---------------------------------------------------
