@@ -156,8 +156,26 @@ def metadata_graphs(events: list[dict]) -> list[dict]:
 # Gantt
 
 
-def _pack(rows: list[tuple]) -> list[int]:
-    """Sub-lane per bar so that bars in one sub-lane never overlap (rows sorted by start)."""
+def _pack(rows: list[tuple], one_at_a_time: bool = False) -> list[int]:
+    """Sub-lane per bar so that bars in one sub-lane never overlap (rows sorted by start).
+
+    ``one_at_a_time``: the lane is one thread, which runs one task at a time. A bar that starts
+    before the previous one ends but also ends after it is the next task, seen through timestamps a
+    few ms apart (a Dask execution's span takes in its startstops, which Dask shifts by the worker's
+    clock offset): it stays on the row. Only a bar inside another (a nested span) takes a new row.
+    """
+    if one_at_a_time:
+        ends: list[int] = []  # per sub-lane, the end of its last bar
+        out = []
+        for r in rows:
+            start, end = r[1], max(r[2], r[1])
+            lane = next((i for i, e in enumerate(ends) if e <= start or e < end), len(ends))
+            if lane == len(ends):
+                ends.append(end)
+            else:
+                ends[lane] = max(ends[lane], end)
+            out.append(lane)
+        return out
     free: list[tuple[int, int]] = []  # (end, sub-lane)
     used = 0
     out = []
@@ -199,7 +217,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     placed: list[tuple[int, tuple]] = []
     for (w, thread) in sorted(groups):
         g = groups[(w, thread)]
-        sub = _pack(g)
+        sub = _pack(g, one_at_a_time=bool(thread))
         base = len(lanes)
         for i in range(max(sub) + 1 if sub else 0):
             lanes.append({"worker": w, "thread": thread, "sub": i})
@@ -361,6 +379,7 @@ def task_detail(store: Store, key: str | None = None, row_id: int | None = None)
         for e in spans[0]["events"]]
     logs = store.span_logs([s["span_id"] for s in spans], key=key)
     for s in spans:
+        s["exceptions"] = span_exceptions(s)
         s.pop("events", None)
         s["start"] /= 1e9
         s["end"] /= 1e9
@@ -369,6 +388,22 @@ def task_detail(store: Store, key: str | None = None, row_id: int | None = None)
     for e in logs:
         e["time"] /= 1e9
     return _finite({"found": True, "key": key, "spans": spans, "story": story, "events": logs})
+
+
+def span_exceptions(span: dict) -> list[dict]:
+    """The span's ``exception`` events as {type, message, stacktrace} (the type from the event, else
+    from the text, as `evlog report` splits it), for the task story."""
+    from evlog.report.common import split_exception
+
+    out = []
+    for ev in span.get("events") or ():
+        if ev.get("name") != "exception":
+            continue
+        a = ev.get("attributes") or {}
+        etype, msg = split_exception(str(a.get("exception.message") or span.get("status_message") or ""))
+        out.append({"type": str(a.get("exception.type") or etype), "message": msg,
+                    "stacktrace": str(a.get("exception.stacktrace") or ""), "time": (ev.get("time") or 0) / 1e9})
+    return out
 
 
 # -------------------------------------------------------------------------------------------------
@@ -424,6 +459,7 @@ class Dashboard:
             ("/api/overview", self._overview), ("/api/gantt", self._gantt), ("/api/plots", self._plots),
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
+            ("/api/report", self._report),
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -597,6 +633,12 @@ class Dashboard:
             return {"graphs": metadata_graphs(evs)}
 
         return self._json(await self._run(("metadata",), graphs))
+
+    async def _report(self, request: Any) -> Any:
+        """`evlog report` of the stored data, for the report panel (evlog.viewer.report_panel)."""
+        from .report_panel import dashboard_report
+
+        return self._json(await self._run(("report",), dashboard_report, self.store, self.source))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change (at most two a second), a comment

@@ -1,0 +1,44 @@
+"""The dashboard's report panel: `evlog report` on the dashboard's own store, plus what the page needs
+to mark the report's findings in the Gantt (store row ids of the critical path's spans).
+
+The analysis is evlog.report's, unchanged (``store_rows`` + ``analyse``): the panel shows the same
+figures as `evlog report --format json` on the same data.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from evlog.report.analysis import analyse
+from evlog.report.command import store_rows
+
+from .server import _finite
+
+_CHUNK = 500  # keys per SQL IN (...)
+
+
+def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
+    """{task key: [store row id, ...]} of every span of these task keys (what Gantt bars carry)."""
+    out: dict[str, list[int]] = {}
+    keys = sorted(set(keys))
+    conn = store.reader()
+    for i in range(0, len(keys), _CHUNK):
+        part = keys[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, key in conn.execute(f"SELECT id, task_key FROM spans WHERE task_key IN ({marks})", part):
+            out.setdefault(key, []).append(rid)
+    return out
+
+
+def dashboard_report(store: Any, source: str = "") -> dict:
+    """The report's dict, with ``marks``: the critical path's keys and span row ids, per computation
+    and in all, for the Gantt and the DAG. ``empty`` when nothing is stored yet."""
+    spans, logs = store_rows(store)
+    if not spans and not logs:
+        return {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
+    rep = analyse(spans, logs, source)
+    keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
+    ids = span_ids_of(store, keys)
+    rep["marks"] = {"critical_keys": sorted(set(keys)),
+                    "critical_ids": sorted(i for k in set(keys) for i in ids.get(k, []))}
+    rep["empty"] = False
+    return _finite(rep)
