@@ -156,37 +156,30 @@ def metadata_graphs(events: list[dict]) -> list[dict]:
 # Gantt
 
 
-def _pack(rows: list[tuple], one_at_a_time: bool = False) -> list[int]:
-    """Sub-lane per bar so that bars in one sub-lane never overlap (rows sorted by start).
+THREAD_SLACK_NS = 25_000_000  # in one thread's lane, overlaps up to this are clocks disagreeing
 
-    ``one_at_a_time``: the lane is one thread, which runs one task at a time. A bar that starts
-    before the previous one ends but also ends after it is the next task, seen through timestamps a
-    few ms apart (a Dask execution's span takes in its startstops, which Dask shifts by the worker's
-    clock offset): it stays on the row. Only a bar inside another (a nested span) takes a new row.
+
+def _pack(rows: list[tuple], slack: int = 0) -> list[int]:
+    """Sub-lane per bar so that bars in one sub-lane overlap by at most ``slack`` ns (rows sorted by start).
+
+    A worker thread runs one task at a time, yet its tasks' spans can overlap by a few ms: a Dask
+    execution's times are shifted by the worker's estimate of its clock offset from the scheduler,
+    which a heartbeat may change while the task runs. So a thread's lane packs with THREAD_SLACK_NS:
+    the next task stays on the thread's row, and only a real overlap (tasks that are coroutines on
+    the event loop's thread, a span nested in another) adds a row.
     """
-    if one_at_a_time:
-        ends: list[int] = []  # per sub-lane, the end of its last bar
-        out = []
-        for r in rows:
-            start, end = r[1], max(r[2], r[1])
-            lane = next((i for i, e in enumerate(ends) if e <= start or e < end), len(ends))
-            if lane == len(ends):
-                ends.append(end)
-            else:
-                ends[lane] = max(ends[lane], end)
-            out.append(lane)
-        return out
     free: list[tuple[int, int]] = []  # (end, sub-lane)
     used = 0
     out = []
     for r in rows:
         start, end = r[1], r[2]
-        if free and free[0][0] <= start:
-            _, lane = heapq.heappop(free)
+        last = start
+        if free and free[0][0] - slack <= start:
+            last, lane = heapq.heappop(free)
         else:
             lane = used
             used += 1
-        heapq.heappush(free, (max(end, start), lane))
+        heapq.heappush(free, (max(end, start, last), lane))
         out.append(lane)
     return out
 
@@ -217,7 +210,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     placed: list[tuple[int, tuple]] = []
     for (w, thread) in sorted(groups):
         g = groups[(w, thread)]
-        sub = _pack(g, one_at_a_time=bool(thread))
+        sub = _pack(g, THREAD_SLACK_NS if thread and cat in (CAT_EXECUTION, CAT_POOL_TASK) else 0)
         base = len(lanes)
         for i in range(max(sub) + 1 if sub else 0):
             lanes.append({"worker": w, "thread": thread, "sub": i})
