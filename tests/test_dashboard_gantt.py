@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from test_dashboard_browser import CHROMIUM, Browser, click_element
+from test_dashboard_browser import CHROMIUM, browser, click_element  # noqa: F401 (browser: the fixture)
 
 pytestmark = [
     pytest.mark.browser, pytest.mark.slow,
@@ -60,15 +60,6 @@ def report_view(tmp_path_factory):
         yield url
     finally:
         _stop(proc)
-
-
-@pytest.fixture
-def browser():
-    b = Browser()
-    try:
-        yield b
-    finally:
-        b.close()
 
 
 def open_page(browser, url: str) -> None:
