@@ -76,6 +76,19 @@ def click_bar(browser, where: str) -> None:
     browser.click(c["x"], c["y"])
 
 
+def shoot(browser, selectors: list[str], path: str) -> None:
+    """A screenshot of the page from the top of the first element to the bottom of the last."""
+    import base64
+
+    r = browser.js(f"""(() => {{ const a = document.querySelector({json.dumps(selectors[0])}).getBoundingClientRect(),
+        b = document.querySelector({json.dumps(selectors[-1])}).getBoundingClientRect();
+        return {{x: 0, y: a.top + scrollY - 6, width: document.documentElement.clientWidth,
+                 height: b.bottom - a.top + 12, scale: 1}}; }})()""")
+    data = browser.cmd("Page.captureScreenshot", format="png", clip=r, captureBeyondViewport=True)["data"]
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(data))
+
+
 def no_exceptions(browser) -> None:
     assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
 
@@ -154,7 +167,7 @@ def test_a_spans_attributes_show_on_click(report_view, browser):
     no_exceptions(browser)
 
 
-def test_the_report_panel_lists_the_critical_path_and_the_gantt_marks_it(report_view, browser):
+def test_the_report_panel_lists_the_critical_path_and_the_gantt_marks_it(report_view, browser, tmp_path):
     open_page(browser, report_view)
     browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
                     what="the report panel")
@@ -176,6 +189,7 @@ def test_the_report_panel_lists_the_critical_path_and_the_gantt_marks_it(report_
     dag = browser.js("Array.from(document.querySelectorAll('#dag .node.critical')).map(n => n.getAttribute('data-key'))")
     assert set(dag) == set(keys)
     assert browser.js("document.querySelectorAll('#dag .edge.critical').length") == 4  # chain-0 -> ... -> final-0
+    shoot(browser, ["#gantt-section", "#report-section"], str(tmp_path / "dashboard-report.png"))
     # the outline goes when asked
     click_element(browser, "#report-mark")
     assert browser.js("document.getElementById('gantt').getAttribute('data-critical')") == "0"

@@ -16,15 +16,16 @@
   }
 
   function secs(s) { return s ? EV.duration(s) : "-"; }
+  function n(k, what) { return k + " " + what + (k === 1 ? "" : "s"); }
   function pct(x) { return Math.round(100 * (x || 0)) + "%"; }
 
   function computation(c, open) {
     var d = EV.el("details", open ? { open: "", "class": "computation" } : { "class": "computation" });
-    d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + EV.duration(c.wall_s) + " wall · " + c.tasks +
-      " tasks · critical path " + pct(c.critical_path_share) +
-      (c.stragglers.length ? " · " + c.stragglers.length + " stragglers" : "") +
+    d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + EV.duration(c.wall_s) + " wall · " + n(c.tasks, "task") +
+      " · critical path " + pct(c.critical_path_share) +
+      (c.stragglers.length ? " · " + n(c.stragglers.length, "straggler") : "") +
       (c.failures.length ? " · " + c.failures.length + " failed" : "")]));
-    d.appendChild(EV.el("h4", {}, "Critical path: " + c.critical_path.length + " tasks, " + EV.duration(c.critical_path_s) +
+    d.appendChild(EV.el("h4", {}, "Critical path: " + n(c.critical_path.length, "task") + ", " + EV.duration(c.critical_path_s) +
       " of " + EV.duration(c.wall_s) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
     var t = EV.table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], c.critical_path.map(function (r, i) {
       return [String(i + 1), keyLink(r.key), r.prefix, r.worker || "", "+" + EV.duration(Math.max(0, r.start - c.start)),
@@ -100,7 +101,7 @@
     el.innerHTML = "";
     if (rep.empty) { el.appendChild(EV.el("p", { "class": "muted" }, "Nothing to report yet.")); return; }
     el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " UTC (" +
-      EV.duration(rep.wall_s) + "); " + rep.computations.length + " computations, " + rep.workers.length + " workers. " +
+      EV.duration(rep.wall_s) + "); " + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
       "The critical path is outlined in black in the Gantt and the task graph; click a key for its story."));
     if (rep.advice.length) {
       el.appendChild(EV.el("h3", {}, "Advice"));
