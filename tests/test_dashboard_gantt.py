@@ -3,6 +3,7 @@ runs (2 worker processes x 2 threads) under evlog-instrument, shown by `evlog vi
 
 - the program of tests/test_report.py, whose answers are known (a chain of 0.4 s tasks and a final
   task are the critical path, `work-17` the straggler, `boom-0` fails with ValueError);
+- 23,008 tasks, most of a few µs and 8 of 0.2 s: the aggregated Gantt must show where the short ones ran;
 - 400 short tasks whose worker's estimate of the scheduler's clock offset (``Worker.scheduler_delay``,
   which Dask's heartbeat updates) changes while they run, as it does on a loaded machine: their
   spans in one thread overlap by a few ms, and each thread must still be one row.
@@ -37,14 +38,33 @@ if __name__ == "__main__":
         print(sum(client.gather(client.map(inc, range(400)))))
 '''
 
+MANY_APP = r'''
+import time
+from dask.distributed import Client, LocalCluster
 
-def _run(tmp, app: str) -> str:
+def inc(x):
+    return x + 1
+
+def slow(x):
+    time.sleep(0.2)
+    return x
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        print(sum(client.gather(client.map(inc, range(12000)))))
+        print(sum(client.gather(client.map(slow, range(8)))))
+        print(sum(client.gather(client.map(inc, range(10000, 21000)))))
+'''
+
+
+def _run(tmp, app: str, timeout: float = 240) -> str:
     from helpers import PYTHON, evlog_env, run_instrumented
 
     (tmp / "app.py").write_text(app)
     run_dir = tmp / "run"
     p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
-                         timeout=240)
+                         timeout=timeout)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
     return str(run_dir)
 
@@ -240,3 +260,39 @@ def test_the_report_api_is_evlog_reports_json(report_view):
     [c] = [c for c in rep["computations"] if c["name"].startswith("get final-0")]
     assert [r["key"] for r in c["critical_path"]] == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
     assert {"computations", "workers", "metadata", "advice"} <= set(rep)
+
+
+def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(tmp_path, browser):
+    """23,008 executions: the Gantt aggregates. Bins where µs tasks ran are drawn dark (by the tasks
+    started in them), not as a pale wash beside the bins of the 0.2 s tasks."""
+    import time
+    import urllib.request
+
+    from test_cli import _start_view, _stop
+
+    folder = _run(tmp_path, MANY_APP, timeout=480)
+    proc, url = _start_view(folder, "--no-follow")
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:  # `evlog view` reads the folder in the background
+            with urllib.request.urlopen(url + "api/gantt", timeout=60) as r:
+                if json.loads(r.read())["total"] == 23_008:
+                    break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the run folder was not read within 240 s")
+        browser.goto(url)
+        browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
+        assert browser.js("document.getElementById('gantt').getAttribute('data-mode')") == "aggregated"
+        assert browser.js("EV.gantt.data.lanes.length") == 4
+        # the short tasks' bins hold almost no busy time, yet most drawn bins are dark
+        busy = browser.js("(() => { const d = EV.gantt.data, m = d.prefixes.indexOf('inc'), v = [];"
+                          "d.main.forEach((row, l) => row.forEach((p, j) => { if (p === m) v.push(d.busy[l][j]); }));"
+                          "v.sort((a, b) => a - b); return v[v.length >> 1]; })()")
+        assert busy < 0.25
+        strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
+        assert strong >= 0.5, strong
+        browser.screenshot(str(tmp_path / "aggregated.png"))
+    finally:
+        _stop(proc)
+    no_exceptions(browser)

@@ -235,6 +235,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     width = max(hi - lo, 1) / bins
     busy = [[0.0] * bins for _ in lanes]
     errs = [[0] * bins for _ in lanes]
+    starts = [[0] * bins for _ in lanes]  # tasks started per bin: where short tasks were, however short
     main: list[list[dict]] = [[{} for _ in range(bins)] for _ in lanes]
     for lane, r in placed:
         s, e = max(r[1], lo), min(max(r[2], r[1]), hi)
@@ -242,6 +243,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
         b0 = min(int((s - lo) / width), bins - 1)
         b1 = min(int((e - lo) / width), bins - 1)
         row, m = busy[lane], main[lane]
+        starts[lane][b0] += 1
         for b in range(b0, b1 + 1):
             left = lo + b * width
             part = min(e, left + width) - max(s, left)
@@ -254,9 +256,10 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
         mode="aggregated", prefixes=list(prefixes), shown=0, bins=bins,
         busy=[[round(min(x, 1.0), 3) for x in row] for row in busy],
         main=[[max(d, key=d.get) if d else -1 for d in row] for row in main],
-        errors=errs,
+        errors=errs, starts=starts,
         note=(f"{total:,} spans in view: too many to draw one by one, so each lane shows how busy it was "
-              f"in {bins} time bins (colour: the main task prefix of the bin). Drag across the chart to "
+              f"in {bins} time bins (colour: the main task prefix of the bin; the darker, the busier or the more "
+              f"tasks started). Drag across the chart to "
               f"zoom in; below {max_bars:,} spans every task is drawn."),
     )
     return out

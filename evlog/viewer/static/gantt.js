@@ -155,20 +155,26 @@
       }
       c.setAttribute("data-critical", marked);
     } else if (d.mode === "aggregated") {
-      var bw = (this.width - GUTTER - 8) / d.bins, top = 0;
+      var bw = (this.width - GUTTER - 8) / d.bins, top = 1e-9, most = 1, st = d.starts || d.busy.map(function () { return []; });
       d.busy.forEach(function (row) { for (var z = 0; z < row.length; z++) if (row[z] > top) top = row[z]; });
+      st.forEach(function (row) { for (var z = 0; z < row.length; z++) if (row[z] > most) most = row[z]; });
+      var strong = 0, drawn = 0;
       for (var l = 0; l < n; l++) {
-        var busy = d.busy[l], main = d.main[l], er = d.errors[l];
+        var busy = d.busy[l], main = d.main[l], er = d.errors[l], cnt = st[l];
         for (var j = 0; j < d.bins; j++) {
-          if (busy[j] <= 0) continue;
-          // relative to the busiest bin in view: a run of 1 ms tasks is not a pale wash
-          g.globalAlpha = 0.3 + 0.7 * Math.sqrt(busy[j] / top);
+          if (busy[j] <= 0 && !cnt[j]) continue;
+          // darker the busier (time) or the more tasks started, each relative to the most in view:
+          // 20,000 tasks of a few µs are not a pale wash beside a few long ones
+          var level = Math.sqrt(Math.max(busy[j] / top, (cnt[j] || 0) / most));
+          g.globalAlpha = 0.25 + 0.75 * level;
+          drawn++; if (level >= 0.5) strong++;
           g.fillStyle = main[j] >= 0 ? colours[main[j]] : "#888";
           g.fillRect(GUTTER + j * bw, l * lh + 1, Math.max(bw, 1), lh - 2);
           if (er[j]) { g.globalAlpha = 1; g.fillStyle = "#d0312d"; g.fillRect(GUTTER + j * bw, l * lh, Math.max(bw, 2), 3); }
         }
       }
       g.globalAlpha = 1;
+      c.setAttribute("data-strong-bins", drawn ? (strong / drawn).toFixed(3) : "0");
     }
     // time axis
     var y0 = n * lh + 2;
@@ -215,9 +221,10 @@
     }
     if (d && d.mode === "aggregated" && lane >= 0 && lane < d.lanes.length && p.x >= GUTTER) {
       var bin = Math.floor((p.x - GUTTER) / ((this.width - GUTTER - 8) / d.bins));
-      if (bin >= 0 && bin < d.bins && d.busy[lane][bin] > 0) {
+      if (bin >= 0 && bin < d.bins && (d.busy[lane][bin] > 0 || (d.starts && d.starts[lane][bin]))) {
         this.tip.hidden = false;
         this.tip.textContent = Math.round(100 * d.busy[lane][bin]) + "% busy" +
+          (d.starts ? " · " + EV.num(d.starts[lane][bin]) + " started" : "") +
           (d.main[lane][bin] >= 0 ? " · mostly " + d.prefixes[d.main[lane][bin]] : "") + " · " + laneLabel(d.lanes[lane]);
         this.tip.style.left = Math.min(p.x + 12, this.width - 320) + "px"; this.tip.style.top = (p.y + 14) + "px";
         return;
