@@ -4,6 +4,7 @@ runs (2 worker processes x 2 threads) under evlog-instrument, shown by `evlog vi
 - the program of tests/test_report.py, whose answers are known (a chain of 0.4 s tasks and a final
   task are the critical path, `work-17` the straggler, `boom-0` fails with ValueError);
 - 23,008 tasks, most of a few µs and 8 of 0.2 s: the aggregated Gantt must show where the short ones ran;
+- a process pool's 30 calls, one slow and one failing;
 - 400 short tasks whose worker's estimate of the scheduler's clock offset (``Worker.scheduler_delay``,
   which Dask's heartbeat updates) changes while they run, as it does on a loaded machine: their
   spans in one thread overlap by a few ms, and each thread must still be one row.
@@ -55,6 +56,25 @@ if __name__ == "__main__":
         print(sum(client.gather(client.map(inc, range(12000)))))
         print(sum(client.gather(client.map(slow, range(8)))))
         print(sum(client.gather(client.map(inc, range(10000, 21000)))))
+'''
+
+POOL_APP = r'''
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+def f(x):
+    time.sleep(0.5 if x == 7 else 0.02)
+    if x == 3:
+        raise KeyError("three")
+    return x
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(2) as ex:
+        for fu in [ex.submit(f, i) for i in range(30)]:
+            try:
+                fu.result()
+            except KeyError:
+                pass
 '''
 
 
@@ -293,6 +313,27 @@ def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(tmp_path, browser):
         strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
         assert strong >= 0.5, strong
         browser.screenshot(str(tmp_path / "aggregated.png"))
+    finally:
+        _stop(proc)
+    no_exceptions(browser)
+
+
+def test_a_pool_runs_report_links_its_straggler_and_failure_to_their_stories(tmp_path, browser):
+    from test_cli import _start_view, _stop
+
+    folder = _run(tmp_path, POOL_APP)
+    proc, url = _start_view(folder, "--no-follow")
+    try:
+        open_page(browser, url)
+        browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
+                        what="the report panel")
+        links = browser.js("Array.from(document.querySelectorAll('#report a.task-link')).map(a => a.textContent)")
+        assert links == ["__main__.f", "__main__.f"]  # the straggler, the failure
+        click_element(browser, "#report tr.err a.task-link")
+        assert browser.wait_js("document.querySelector('#task-body .exc-type') && "
+                               "document.querySelector('#task-body .exc-type').textContent") == "KeyError"
+        assert "'three'" in browser.js("document.querySelector('#task-body .exc-message').textContent")
+        assert "in f" in browser.js("document.querySelector('#task-body pre.stacktrace').textContent")
     finally:
         _stop(proc)
     no_exceptions(browser)

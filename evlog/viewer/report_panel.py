@@ -29,16 +29,41 @@ def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
     return out
 
 
+def _link_pool_calls(store: Any, pools: dict | None) -> None:
+    """Give each pool straggler and failure the store row id of its span (``row_id``): the panel
+    opens its story as a Gantt click does."""
+    if not pools:
+        return
+    rows = [x for part in ("stragglers", "failures") for x in pools.get(part) or () if x.get("span_id")]
+    ids = sorted({x["span_id"] for x in rows})
+    found: dict[str, int] = {}
+    conn = store.reader()
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, sid in conn.execute(f"SELECT id, span_id FROM spans WHERE span_id IN ({marks})", part):
+            found.setdefault(sid, rid)
+    for x in rows:
+        if x["span_id"] in found:
+            x["row_id"] = found[x["span_id"]]
+
+
 def dashboard_report(store: Any, source: str = "") -> dict:
     """The report's dict, with ``marks``: the critical path's keys and span row ids, per computation
-    and in all, for the Gantt and the DAG. ``empty`` when nothing is stored yet."""
+    and in all, for the Gantt and the DAG. ``empty`` when nothing is stored yet; ``error`` when the
+    analysis failed on the data."""
+    empty = {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
     spans, logs = store_rows(store)
     if not spans and not logs:
-        return {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
-    rep = analyse(spans, logs, source)
+        return empty
+    try:
+        rep = analyse(spans, logs, source)
+    except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
+        return {**empty, "error": f"the report could not be made from this data: {e!r}"}
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
     ids = span_ids_of(store, keys)
     rep["marks"] = {"critical_keys": sorted(set(keys)),
                     "critical_ids": sorted(i for k in set(keys) for i in ids.get(k, []))}
+    _link_pool_calls(store, rep.get("pools"))
     rep["empty"] = False
     return _finite(rep)

@@ -1,7 +1,7 @@
 /* The report panel: `evlog report` of the run (GET api/report, the same analysis as the command):
    advice, then per computation its critical path, time by prefix, stragglers and failures; the
    workers; pool functions and torch ranks where they apply. Task keys open their story as a Gantt bar
-   click does; the critical path is outlined in the Gantt and the task graph. The analysis reads every
+   click does (a pool call's straggler or failure, its span); the critical path is outlined in the Gantt and the task graph. The analysis reads every
    span, so a live run asks for it at most every 15 s. */
 "use strict";
 (function () {
@@ -13,6 +13,13 @@
     return EV.el("a", { href: "#", "class": "task-link", "data-key": key, onclick: function (e) {
       e.preventDefault(); EV.showTask({ key: key });
     } }, key);
+  }
+
+  function spanLink(text, rowId) {
+    if (rowId === undefined || rowId === null) return text;
+    return EV.el("a", { href: "#", "class": "task-link", "data-id": rowId, onclick: function (e) {
+      e.preventDefault(); EV.showTask({ id: rowId });
+    } }, text);
   }
 
   function secs(s) { return s ? EV.duration(s) : "-"; }
@@ -77,10 +84,10 @@
       return [f, x.kind, EV.num(x.count), secs(x.total_s), secs(x.median_s), secs(x.max_s), String(x.erred)];
     })));
     if (p.stragglers.length) box.appendChild(EV.table(["straggler", "took", "× median", "process", "thread"], p.stragglers.map(function (s) {
-      return [s.function, secs(s.seconds), s.ratio ? s.ratio + "×" : "-", s.process, s.thread || ""];
+      return [spanLink(s.function, s.row_id), secs(s.seconds), s.ratio ? s.ratio + "×" : "-", s.process, s.thread || ""];
     })));
     if (p.failures.length) box.appendChild(EV.table(["failed call", "exception", "process"], p.failures.map(function (f) {
-      return [f.function, EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.process];
+      return [spanLink(f.function, f.row_id), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.process];
     }), function () { return "err"; }));
     return box;
   }
@@ -99,6 +106,7 @@
 
   EV.renderReport = function (el, rep) {
     el.innerHTML = "";
+    if (rep.error) { el.appendChild(EV.el("p", { "class": "error" }, rep.error)); return; }
     if (rep.empty) { el.appendChild(EV.el("p", { "class": "muted" }, "Nothing to report yet.")); return; }
     el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " UTC (" +
       EV.duration(rep.wall_s) + "); " + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
@@ -130,7 +138,14 @@
       EV.renderReport($("report"), rep);
       apply(rep);
       $("report-section").setAttribute("data-loaded", "1");
-    }).then(function () { busy = null; }, function (e) { busy = null; throw e; });
+    }).then(function () { busy = null; }, function (e) {
+      busy = null;
+      if (!(e && e.status === 401)) {
+        $("report").innerHTML = "";
+        $("report").appendChild(EV.el("p", { "class": "error" }, "The report failed: " + ((e && e.data && e.data.error) || (e && e.status) || e)));
+      }
+      throw e;
+    });
     return busy;
   }
 
