@@ -55,6 +55,16 @@
     return "…" + text.slice(lo);
   }
 
+  /** "127.0.0.1:35503 · …Threads-5908-0" when the whole does not fit: the worker kept, the thread
+      cut from the left (its end tells threads apart); a worker too long is cut from the left too. */
+  function oneLine(g, parts, room) {
+    var w = parts[0].replace(/^tcp:\/\//, ""), t = parts[1];
+    if (!t) return fit(g, w, room);
+    var head = w + " · ", left = room - g.measureText(head).width;
+    if (left >= g.measureText("…0000-0").width) return head + fit(g, t, left);
+    return fit(g, head + t, room);
+  }
+
   Gantt.prototype._pos = function (e) {
     var r = this.canvas.getBoundingClientRect();
     return { x: e.clientX - r.left, y: e.clientY - r.top };
@@ -119,7 +129,7 @@
         g.fillStyle = "#1d2330";
         g.fillText(lines[1], 12, y + lh - 4);
       } else if (lh >= 9) {
-        lines = [fit(g, laneLabel(lane), room)];
+        lines = [oneLine(g, parts, room)];
         g.fillStyle = "#1d2330";
         g.fillText(lines[0], 4, y + lh - 3);
       }
