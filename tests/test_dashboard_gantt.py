@@ -16,7 +16,10 @@ import os
 
 import pytest
 
-from test_dashboard_browser import CHROMIUM, browser, click_element  # noqa: F401 (browser: the fixture)
+import test_dashboard_browser
+from test_dashboard_browser import CHROMIUM, click_element
+
+browser = test_dashboard_browser.browser  # the fixture: a headless chromium page per test
 
 pytestmark = [
     pytest.mark.browser, pytest.mark.slow,
