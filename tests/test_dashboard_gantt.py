@@ -58,7 +58,7 @@ if __name__ == "__main__":
             Client(cluster) as client:
         print(sum(client.gather(client.map(inc, range(12000)))))
         print(sum(client.gather(client.map(slow, range(8)))))
-        print(sum(client.gather(client.map(inc, range(10000, 21000)))))
+        print(sum(client.gather(client.map(inc, range(12000, 23000)))))
 '''
 
 POOL_APP = r'''
@@ -315,7 +315,12 @@ def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(tmp_path, browser):
         assert busy < 0.25
         strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
         assert strong >= 0.5, strong
-        browser.screenshot(str(tmp_path / "aggregated.png"))
+        # the report's critical paths (each map's last task) are outlined over the bins
+        browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=120,
+                        what="the report panel")
+        assert len(browser.js("EV.report.computations")) == 3
+        assert int(browser.js("document.getElementById('gantt').getAttribute('data-critical')")) >= 3
+        shoot(browser, ["#gantt-section"], str(tmp_path / "aggregated.png"))
     finally:
         _stop(proc)
     no_exceptions(browser)

@@ -29,6 +29,21 @@ def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
     return out
 
 
+def spans_of_ids(store: Any, ids: list[int]) -> list[list]:
+    """[[row id, start s, end s, lane worker, thread], ...]: where these spans sit in the Gantt (its
+    lanes: worker, else the process's label; thread), for marking them when it draws time bins."""
+    labels = {p["id"]: p["label"] for p in store.processes()}
+    out = []
+    conn = store.reader()
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, start, end, worker, thread, proc in conn.execute(
+                f"SELECT id, start, end, worker, thread, process FROM spans WHERE id IN ({marks})", part):
+            out.append([rid, start / 1e9, end / 1e9, worker or labels.get(proc, "?"), thread or ""])
+    return out
+
+
 def _link_pool_calls(store: Any, pools: dict | None) -> None:
     """Give each pool straggler and failure the store row id of its span (``row_id``): the panel
     opens its story as a Gantt click does."""
@@ -49,8 +64,8 @@ def _link_pool_calls(store: Any, pools: dict | None) -> None:
 
 
 def dashboard_report(store: Any, source: str = "") -> dict:
-    """The report's dict, with ``marks``: the critical path's keys and span row ids, per computation
-    and in all, for the Gantt and the DAG. ``empty`` when nothing is stored yet; ``error`` when the
+    """The report's dict, with ``marks``: the critical paths' keys, their spans' row ids, and where
+    those spans sit in the Gantt (``spans_of_ids``), for the Gantt and the DAG. ``empty`` when nothing is stored yet; ``error`` when the
     analysis failed on the data."""
     empty = {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
     spans, logs = store_rows(store)
@@ -62,8 +77,9 @@ def dashboard_report(store: Any, source: str = "") -> dict:
         return {**empty, "error": f"the report could not be made from this data: {e!r}"}
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
     ids = span_ids_of(store, keys)
-    rep["marks"] = {"critical_keys": sorted(set(keys)),
-                    "critical_ids": sorted(i for k in set(keys) for i in ids.get(k, []))}
+    critical = sorted(i for k in set(keys) for i in ids.get(k, []))
+    rep["marks"] = {"critical_keys": sorted(set(keys)), "critical_ids": critical,
+                    "critical_spans": spans_of_ids(store, critical)}
     _link_pool_calls(store, rep.get("pools"))
     rep["empty"] = False
     return _finite(rep)

@@ -91,9 +91,11 @@
     this.draw();
   };
 
-  /** Outline the bars of these span row ids (the report's critical path); null: none. */
-  Gantt.prototype.mark = function (ids) {
+  /** Outline the bars of these span row ids (the report's critical path); null: none. ``spans``
+      ([id, start, end, worker, thread]) mark them when the chart draws time bins instead of bars. */
+  Gantt.prototype.mark = function (ids, spans) {
     this.marked = ids && ids.length ? new Set(ids) : null;
+    this.markedSpans = this.marked ? spans || [] : [];
     if (this.data) this.draw();
   };
 
@@ -185,6 +187,18 @@
       }
       g.globalAlpha = 1;
       c.setAttribute("data-strong-bins", drawn ? (strong / drawn).toFixed(3) : "0");
+      // the critical path over the bins: a black outline (at least 3 px wide) on the task's row
+      var laneOf = {}, mk = 0;
+      d.lanes.forEach(function (ln, li) { var k = ln.worker + "\n" + ln.thread; if (!(k in laneOf)) laneOf[k] = li; });
+      g.strokeStyle = "#111"; g.lineWidth = 2;
+      (this.marked ? this.markedSpans : []).forEach(function (ms) {
+        var li = laneOf[ms[3] + "\n" + ms[4]];
+        if (li === undefined || ms[2] < d.t0 || ms[1] > d.t1) return;
+        var a = self._x(Math.max(ms[1], d.t0)), b = Math.max(self._x(Math.min(ms[2], d.t1)), a + 3);
+        g.strokeRect(a - 1, li * lh + 1, b - a + 2, lh - 2);
+        mk++;
+      });
+      c.setAttribute("data-critical", mk);
     }
     // time axis
     var y0 = n * lh + 2;

@@ -127,7 +127,7 @@
   function apply(rep) {
     var m = rep.marks || {};
     EV.criticalKeys = new Set(m.critical_keys || []);
-    if (EV.gantt) EV.gantt.mark($("report-mark").checked ? m.critical_ids : null);
+    if (EV.gantt) EV.gantt.mark($("report-mark").checked ? m.critical_ids : null, m.critical_spans);
     if (EV.markDag) EV.markDag();
   }
 
