@@ -42,9 +42,7 @@ def load_folder(path: str) -> tuple[list, list, str]:
 
 
 def load_db(path: str) -> tuple[list, list, str]:
-    """(spans, logs, path) of an `evlog serve` database, as otlp_decode rows: spans stored as their
-    protobuf request are decoded request by request, the others from their JSON columns."""
-    from evlog.viewer import otlp_decode
+    """(spans, logs, path) of an `evlog serve` database (see ``store_rows``)."""
     from evlog.viewer.store import Store, StoreError
 
     try:
@@ -52,28 +50,38 @@ def load_db(path: str) -> tuple[list, list, str]:
     except StoreError as e:
         raise ReportError(str(e)) from None
     try:
-        conn = store.reader()
-        resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
-        spans: list = []
-        for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
-            spans.extend(otlp_decode.decode_proto("traces", body))
-        for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
-             scope) in conn.execute(
-                "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
-                "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
-            spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
-                          "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
-                          "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
-                          "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
-                          "scope": scope or ""})
-        logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
-                 "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
-                for t, ot, name, body, attrs, proc in conn.execute(
-                    "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
-                    "WHERE event_name != '' ORDER BY time, id")]
+        spans, logs = store_rows(store)
     finally:
         store.close()
     return spans, logs, store.path
+
+
+def store_rows(store) -> tuple[list, list]:
+    """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
+    decoded request by request, the others from their JSON columns. The dashboard's report panel
+    reads its live store through this too."""
+    from evlog.viewer import otlp_decode
+
+    conn = store.reader()
+    resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
+    spans: list = []
+    for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
+        spans.extend(otlp_decode.decode_proto("traces", body))
+    for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
+         scope) in conn.execute(
+            "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
+            "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
+        spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
+                      "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
+                      "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
+                      "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
+                      "scope": scope or ""})
+    logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
+             "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
+            for t, ot, name, body, attrs, proc in conn.execute(
+                "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
+                "WHERE event_name != '' ORDER BY time, id")]
+    return spans, logs
 
 
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs") -> dict:

@@ -156,19 +156,30 @@ def metadata_graphs(events: list[dict]) -> list[dict]:
 # Gantt
 
 
-def _pack(rows: list[tuple]) -> list[int]:
-    """Sub-lane per bar so that bars in one sub-lane never overlap (rows sorted by start)."""
+THREAD_SLACK_NS = 25_000_000  # in one thread's lane, overlaps up to this are clocks disagreeing
+
+
+def _pack(rows: list[tuple], slack: int = 0) -> list[int]:
+    """Sub-lane per bar so that bars in one sub-lane overlap by at most ``slack`` ns (rows sorted by start).
+
+    A worker thread runs one task at a time, yet its tasks' spans can overlap by a few ms: a Dask
+    execution's times are shifted by the worker's estimate of its clock offset from the scheduler,
+    which a heartbeat may change while the task runs. So a thread's lane packs with THREAD_SLACK_NS:
+    the next task stays on the thread's row, and only a real overlap (tasks that are coroutines on
+    the event loop's thread, a span nested in another) adds a row.
+    """
     free: list[tuple[int, int]] = []  # (end, sub-lane)
     used = 0
     out = []
     for r in rows:
         start, end = r[1], r[2]
-        if free and free[0][0] <= start:
-            _, lane = heapq.heappop(free)
+        last = start
+        if free and free[0][0] - slack <= start:
+            last, lane = heapq.heappop(free)
         else:
             lane = used
             used += 1
-        heapq.heappush(free, (max(end, start), lane))
+        heapq.heappush(free, (max(end, start, last), lane))
         out.append(lane)
     return out
 
@@ -199,7 +210,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     placed: list[tuple[int, tuple]] = []
     for (w, thread) in sorted(groups):
         g = groups[(w, thread)]
-        sub = _pack(g)
+        sub = _pack(g, THREAD_SLACK_NS if thread and cat in (CAT_EXECUTION, CAT_POOL_TASK) else 0)
         base = len(lanes)
         for i in range(max(sub) + 1 if sub else 0):
             lanes.append({"worker": w, "thread": thread, "sub": i})
@@ -224,6 +235,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     width = max(hi - lo, 1) / bins
     busy = [[0.0] * bins for _ in lanes]
     errs = [[0] * bins for _ in lanes]
+    starts = [[0] * bins for _ in lanes]  # tasks started per bin: where short tasks were, however short
     main: list[list[dict]] = [[{} for _ in range(bins)] for _ in lanes]
     for lane, r in placed:
         s, e = max(r[1], lo), min(max(r[2], r[1]), hi)
@@ -231,6 +243,7 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
         b0 = min(int((s - lo) / width), bins - 1)
         b1 = min(int((e - lo) / width), bins - 1)
         row, m = busy[lane], main[lane]
+        starts[lane][b0] += 1
         for b in range(b0, b1 + 1):
             left = lo + b * width
             part = min(e, left + width) - max(s, left)
@@ -243,9 +256,10 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
         mode="aggregated", prefixes=list(prefixes), shown=0, bins=bins,
         busy=[[round(min(x, 1.0), 3) for x in row] for row in busy],
         main=[[max(d, key=d.get) if d else -1 for d in row] for row in main],
-        errors=errs,
+        errors=errs, starts=starts,
         note=(f"{total:,} spans in view: too many to draw one by one, so each lane shows how busy it was "
-              f"in {bins} time bins (colour: the main task prefix of the bin). Drag across the chart to "
+              f"in {bins} time bins (colour: the main task prefix of the bin; the darker, the busier or the more "
+              f"tasks started). Drag across the chart to "
               f"zoom in; below {max_bars:,} spans every task is drawn."),
     )
     return out
@@ -361,6 +375,7 @@ def task_detail(store: Store, key: str | None = None, row_id: int | None = None)
         for e in spans[0]["events"]]
     logs = store.span_logs([s["span_id"] for s in spans], key=key)
     for s in spans:
+        s["exceptions"] = span_exceptions(s)
         s.pop("events", None)
         s["start"] /= 1e9
         s["end"] /= 1e9
@@ -369,6 +384,22 @@ def task_detail(store: Store, key: str | None = None, row_id: int | None = None)
     for e in logs:
         e["time"] /= 1e9
     return _finite({"found": True, "key": key, "spans": spans, "story": story, "events": logs})
+
+
+def span_exceptions(span: dict) -> list[dict]:
+    """The span's ``exception`` events as {type, message, stacktrace} (the type from the event, else
+    from the text, as `evlog report` splits it), for the task story."""
+    from evlog.report.common import split_exception
+
+    out = []
+    for ev in span.get("events") or ():
+        if ev.get("name") != "exception":
+            continue
+        a = ev.get("attributes") or {}
+        etype, msg = split_exception(str(a.get("exception.message") or span.get("status_message") or ""))
+        out.append({"type": str(a.get("exception.type") or etype), "message": msg,
+                    "stacktrace": str(a.get("exception.stacktrace") or ""), "time": (ev.get("time") or 0) / 1e9})
+    return out
 
 
 # -------------------------------------------------------------------------------------------------
@@ -424,6 +455,7 @@ class Dashboard:
             ("/api/overview", self._overview), ("/api/gantt", self._gantt), ("/api/plots", self._plots),
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
+            ("/api/report", self._report),
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -597,6 +629,12 @@ class Dashboard:
             return {"graphs": metadata_graphs(evs)}
 
         return self._json(await self._run(("metadata",), graphs))
+
+    async def _report(self, request: Any) -> Any:
+        """`evlog report` of the stored data, for the report panel (evlog.viewer.report_panel)."""
+        from .report_panel import dashboard_report
+
+        return self._json(await self._run(("report",), dashboard_report, self.store, self.source))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change (at most two a second), a comment

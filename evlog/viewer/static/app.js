@@ -37,7 +37,7 @@
       EV.gantt.set(g);
       var leg = $("gantt-legend"); leg.innerHTML = "";
       g.prefixes.slice(0, 40).forEach(function (p) {
-        leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + EV.colour(p) }), p]));
+        leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + EV.prefixColour(p) }), p]));
       });
       if (g.prefixes.length > 40) leg.appendChild(EV.el("span", {}, "… " + (g.prefixes.length - 40) + " more"));
       if (g.mode === "bars" && g.bars.length) leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:#fff;border:2px solid #d0312d" }), "error"]));
@@ -70,6 +70,7 @@
         EV.renderDag($("dag"), d, state.worker, showTask);
       }).catch(failed("dag")),
       refreshEvents().catch(failed("events")),
+      EV.refreshReport().catch(failed("report")),  // report.js
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {

@@ -22,11 +22,13 @@
     el.innerHTML = "";
     if (!t.found) { el.appendChild(EV.el("p", { "class": "error" }, t.error || "not found")); return; }
     el.appendChild(EV.el("h3", {}, "Spans"));
-    el.appendChild(EV.table(["span", "process", "worker", "thread", "start (UTC)", "duration", "status"],
+    var spansTable = EV.table(["span", "process", "worker", "thread", "start (UTC)", "duration", "status"],
       t.spans.map(function (s) {
         return [s.name, s.process, s.worker || "", s.thread || "", EV.clock(s.start, true), EV.duration(s.end - s.start),
           s.status_code + (s.status_message ? ": " + s.status_message : "")];
-      }), function (i) { return t.spans[i].status_code === "ERROR" ? "err" : ""; }));
+      }), function (i) { return t.spans[i].status_code === "ERROR" ? "err" : ""; });
+    el.appendChild(spansTable);
+    if (EV.renderSpanDetails) EV.renderSpanDetails(el, t, spansTable);  // details.js: exception, attributes
     el.appendChild(EV.el("h3", {}, "Story (transitions, in time order)"));
     var story = EV.table(["time (UTC)", "start", "finish", "stimulus", "worker", "process"], t.story.map(function (e) {
       return e.start === null && e.finish === null

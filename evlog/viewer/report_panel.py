@@ -1,0 +1,85 @@
+"""The dashboard's report panel: `evlog report` on the dashboard's own store, plus what the page needs
+to mark the report's findings in the Gantt (store row ids of the critical path's spans).
+
+The analysis is evlog.report's, unchanged (``store_rows`` + ``analyse``): the panel shows the same
+figures as `evlog report --format json` on the same data.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from evlog.report.analysis import analyse
+from evlog.report.command import store_rows
+
+from .server import _finite
+
+_CHUNK = 500  # keys per SQL IN (...)
+
+
+def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
+    """{task key: [store row id, ...]} of every span of these task keys (what Gantt bars carry)."""
+    out: dict[str, list[int]] = {}
+    keys = sorted(set(keys))
+    conn = store.reader()
+    for i in range(0, len(keys), _CHUNK):
+        part = keys[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, key in conn.execute(f"SELECT id, task_key FROM spans WHERE task_key IN ({marks})", part):
+            out.setdefault(key, []).append(rid)
+    return out
+
+
+def spans_of_ids(store: Any, ids: list[int]) -> list[list]:
+    """[[row id, start s, end s, lane worker, thread], ...]: where these spans sit in the Gantt (its
+    lanes: worker, else the process's label; thread), for marking them when it draws time bins."""
+    labels = {p["id"]: p["label"] for p in store.processes()}
+    out = []
+    conn = store.reader()
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, start, end, worker, thread, proc in conn.execute(
+                f"SELECT id, start, end, worker, thread, process FROM spans WHERE id IN ({marks})", part):
+            out.append([rid, start / 1e9, end / 1e9, worker or labels.get(proc, "?"), thread or ""])
+    return out
+
+
+def _link_pool_calls(store: Any, pools: dict | None) -> None:
+    """Give each pool straggler and failure the store row id of its span (``row_id``): the panel
+    opens its story as a Gantt click does."""
+    if not pools:
+        return
+    rows = [x for part in ("stragglers", "failures") for x in pools.get(part) or () if x.get("span_id")]
+    ids = sorted({x["span_id"] for x in rows})
+    found: dict[str, int] = {}
+    conn = store.reader()
+    for i in range(0, len(ids), _CHUNK):
+        part = ids[i:i + _CHUNK]
+        marks = ",".join("?" * len(part))
+        for rid, sid in conn.execute(f"SELECT id, span_id FROM spans WHERE span_id IN ({marks})", part):
+            found.setdefault(sid, rid)
+    for x in rows:
+        if x["span_id"] in found:
+            x["row_id"] = found[x["span_id"]]
+
+
+def dashboard_report(store: Any, source: str = "") -> dict:
+    """The report's dict, with ``marks``: the critical paths' keys, their spans' row ids, and where
+    those spans sit in the Gantt (``spans_of_ids``), for the Gantt and the DAG. ``empty`` when nothing is stored yet; ``error`` when the
+    analysis failed on the data."""
+    empty = {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
+    spans, logs = store_rows(store)
+    if not spans and not logs:
+        return empty
+    try:
+        rep = analyse(spans, logs, source)
+    except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
+        return {**empty, "error": f"the report could not be made from this data: {e!r}"}
+    keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
+    ids = span_ids_of(store, keys)
+    critical = sorted(i for k in set(keys) for i in ids.get(k, []))
+    rep["marks"] = {"critical_keys": sorted(set(keys)), "critical_ids": critical,
+                    "critical_spans": spans_of_ids(store, critical)}
+    _link_pool_calls(store, rep.get("pools"))
+    rep["empty"] = False
+    return _finite(rep)

@@ -1,0 +1,164 @@
+/* The report panel: `evlog report` of the run (GET api/report, the same analysis as the command):
+   advice, then per computation its critical path, time by prefix, stragglers and failures; the
+   workers; pool functions and torch ranks where they apply. Task keys open their story as a Gantt bar
+   click does (a pool call's straggler or failure, its span); the critical path is outlined in the Gantt and the task graph. The analysis reads every
+   span, so a live run asks for it at most every 15 s. */
+"use strict";
+(function () {
+  var MIN_GAP_MS = 15000;
+  var last = 0, timer = null, busy = null;
+  var $ = function (id) { return document.getElementById(id); };
+
+  function keyLink(key) {
+    return EV.el("a", { href: "#", "class": "task-link", "data-key": key, onclick: function (e) {
+      e.preventDefault(); EV.showTask({ key: key });
+    } }, key);
+  }
+
+  function spanLink(text, rowId) {
+    if (rowId === undefined || rowId === null) return text;
+    return EV.el("a", { href: "#", "class": "task-link", "data-id": rowId, onclick: function (e) {
+      e.preventDefault(); EV.showTask({ id: rowId });
+    } }, text);
+  }
+
+  function secs(s) { return s ? EV.duration(s) : "-"; }
+  function n(k, what) { return k + " " + what + (k === 1 ? "" : "s"); }
+  function pct(x) { return Math.round(100 * (x || 0)) + "%"; }
+
+  function computation(c, open) {
+    var d = EV.el("details", open ? { open: "", "class": "computation" } : { "class": "computation" });
+    d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + EV.duration(c.wall_s) + " wall · " + n(c.tasks, "task") +
+      " · critical path " + pct(c.critical_path_share) +
+      (c.stragglers.length ? " · " + n(c.stragglers.length, "straggler") : "") +
+      (c.failures.length ? " · " + c.failures.length + " failed" : "")]));
+    d.appendChild(EV.el("h4", {}, "Critical path: " + n(c.critical_path.length, "task") + ", " + EV.duration(c.critical_path_s) +
+      " of " + EV.duration(c.wall_s) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
+    var t = EV.table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], c.critical_path.map(function (r, i) {
+      return [String(i + 1), keyLink(r.key), r.prefix, r.worker || "", "+" + EV.duration(Math.max(0, r.start - c.start)),
+        secs(r.queued_s), secs(r.transfer_s), r.erred ? "(erred)" : secs(r.compute_s)];
+    }));
+    t.classList.add("critical-path");
+    d.appendChild(t);
+    var pre = Object.keys(c.prefixes);
+    d.appendChild(EV.el("h4", {}, "Time by prefix (total / median per task)"));
+    d.appendChild(EV.table(["prefix", "tasks", "compute", "transfer", "queued", "erred / retried"], pre.map(function (p) {
+      var x = c.prefixes[p];
+      return [EV.el("span", {}, [EV.el("i", { "class": "swatch", style: "background:" + EV.prefixColour(p) }), p]), EV.num(x.count),
+        secs(x.compute_s) + " / " + secs(x.median_compute_s), secs(x.transfer_s) + " / " + secs(x.median_transfer_s),
+        secs(x.queued_s) + " / " + secs(x.median_queued_s), x.erred || x.retried ? x.erred + " / " + x.retried : "-"];
+    })));
+    if (c.stragglers.length) {
+      d.appendChild(EV.el("h4", {}, "Stragglers (over 5× their prefix's median compute, and over 100 ms)"));
+      var st = EV.table(["key", "compute", "× median", "worker", "thread"], c.stragglers.map(function (s) {
+        return [keyLink(s.key), secs(s.compute_s), s.ratio ? s.ratio + "× " + secs(s.median_s) : "-", s.worker || "", s.thread || ""];
+      }));
+      st.classList.add("stragglers");
+      d.appendChild(st);
+    }
+    if (c.failures.length) {
+      d.appendChild(EV.el("h4", {}, "Failures"));
+      var ft = EV.table(["key", "exception", "worker", "time (UTC)"], c.failures.map(function (f) {
+        return [keyLink(f.key), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.worker || "", EV.clock(f.time, true)];
+      }), function () { return "err"; });
+      ft.classList.add("failures");
+      d.appendChild(ft);
+    }
+    if (c.erred_dependents) d.appendChild(EV.el("p", { "class": "muted" }, c.erred_dependents + " more tasks erred because a dependency did."));
+    return d;
+  }
+
+  function workers(ws) {
+    return EV.table(["worker", "tasks", "threads", "busy", "utilisation", "idle", "longest idle", "transfer in"], ws.map(function (w) {
+      return [w.address, EV.num(w.tasks), String(w.threads.length), secs(w.busy_s), pct(w.utilisation), pct(w.idle_share),
+        w.longest_idle ? EV.duration(w.longest_idle.seconds) : "-",
+        w.transfer_s ? EV.duration(w.transfer_s) + " (" + EV.num(w.transfer_bytes) + " B)" : "-"];
+    }));
+  }
+
+  function pools(p) {
+    var box = EV.el("div");
+    box.appendChild(EV.el("h4", {}, "Pool calls by function"));
+    box.appendChild(EV.table(["function", "kind", "calls", "total", "median", "longest", "erred"], Object.keys(p.functions).map(function (f) {
+      var x = p.functions[f];
+      return [f, x.kind, EV.num(x.count), secs(x.total_s), secs(x.median_s), secs(x.max_s), String(x.erred)];
+    })));
+    if (p.stragglers.length) box.appendChild(EV.table(["straggler", "took", "× median", "process", "thread"], p.stragglers.map(function (s) {
+      return [spanLink(s.function, s.row_id), secs(s.seconds), s.ratio ? s.ratio + "×" : "-", s.process, s.thread || ""];
+    })));
+    if (p.failures.length) box.appendChild(EV.table(["failed call", "exception", "process"], p.failures.map(function (f) {
+      return [spanLink(f.function, f.row_id), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.process];
+    }), function () { return "err"; }));
+    return box;
+  }
+
+  function ranks(r) {
+    var box = EV.el("div");
+    box.appendChild(EV.el("h4", {}, "Torch elastic ranks"));
+    box.appendChild(EV.table(["rank", "host", "pids", "duration", "spans", "erred"], r.ranks.map(function (x) {
+      return [String(x.rank), x.host || "", x.pids.join(", "), secs(x.duration_s), EV.num(x.spans), String(x.erred)];
+    })));
+    if (r.failures.length) box.appendChild(EV.table(["rank", "failed", "exception"], r.failures.map(function (f) {
+      return [String(f.rank), f.span, EV.msg((f.exception ? f.exception + ": " : "") + f.message)];
+    }), function () { return "err"; }));
+    return box;
+  }
+
+  EV.renderReport = function (el, rep) {
+    el.innerHTML = "";
+    if (rep.error) { el.appendChild(EV.el("p", { "class": "error" }, rep.error)); return; }
+    if (rep.empty) { el.appendChild(EV.el("p", { "class": "muted" }, "Nothing to report yet.")); return; }
+    el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " UTC (" +
+      EV.duration(rep.wall_s) + "); " + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
+      "The critical path is outlined in black in the Gantt and the task graph; click a key for its story."));
+    if (rep.advice.length) {
+      el.appendChild(EV.el("h3", {}, "Advice"));
+      el.appendChild(EV.el("ul", { "class": "advice" }, rep.advice.map(function (a) { return EV.el("li", {}, a); })));
+    }
+    if (rep.computations.length) {
+      el.appendChild(EV.el("h3", {}, "Computations"));
+      rep.computations.forEach(function (c, i) { el.appendChild(computation(c, i < 3)); });
+    }
+    if (rep.workers.length) { el.appendChild(EV.el("h3", {}, "Workers")); el.appendChild(workers(rep.workers)); }
+    if (rep.pools) el.appendChild(pools(rep.pools));
+    if (rep.ranks) el.appendChild(ranks(rep.ranks));
+  };
+
+  function apply(rep) {
+    var m = rep.marks || {};
+    EV.criticalKeys = new Set(m.critical_keys || []);
+    if (EV.gantt) EV.gantt.mark($("report-mark").checked ? m.critical_ids : null, m.critical_spans);
+    if (EV.markDag) EV.markDag();
+  }
+
+  function load() {
+    last = Date.now();
+    busy = EV.api("api/report").then(function (rep) {
+      EV.report = rep;
+      EV.renderReport($("report"), rep);
+      apply(rep);
+      $("report-section").setAttribute("data-loaded", "1");
+    }).then(function () { busy = null; }, function (e) {
+      busy = null;
+      if (!(e && e.status === 401)) {
+        $("report").innerHTML = "";
+        $("report").appendChild(EV.el("p", { "class": "error" }, "The report failed: " + ((e && e.data && e.data.error) || (e && e.status) || e)));
+      }
+      throw e;
+    });
+    return busy;
+  }
+
+  /** Called on every dashboard refresh: loads the report now, or once 15 s have passed since the last load. */
+  EV.refreshReport = function () {
+    if (busy) return busy;
+    var wait = last + MIN_GAP_MS - Date.now();
+    if (!last || wait <= 0) return load();
+    clearTimeout(timer);
+    timer = setTimeout(function () { load().catch(function (e) { EV.log("report failed", e); }); }, wait);
+    return Promise.resolve();
+  };
+
+  $("report-mark").addEventListener("change", function () { if (EV.report) apply(EV.report); });
+  $("report-reload").addEventListener("click", function () { if (!busy) load().catch(function (e) { EV.log("report failed", e); }); });
+})();
