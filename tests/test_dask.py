@@ -636,3 +636,35 @@ def test_dask_sees_the_same_annotations_plugins_and_spans_with_and_without_evlog
 
     ex, tasks = otlp_receiver.wait_for(executes, timeout=60)
     assert {s["trace_id"] for s in ex + tasks} == {got_trace}
+
+
+DELAY_APP = r'''
+import json, time
+from distributed import Client, LocalCluster, get_worker
+
+def shifted(x):
+    w = get_worker()
+    started = time.time()
+    w.scheduler_delay += 0.5  # as a heartbeat that measures a new clock offset while the task runs
+    time.sleep(0.05)
+    return started
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        print(json.dumps(client.gather(client.map(shifted, range(3)))))
+'''
+
+
+def test_a_clock_offset_measured_while_a_task_runs_does_not_shift_its_execute_span(tmp_path):
+    """Dask adds the worker's scheduler_delay as it was when the task started to the task's times; the
+    execute span takes off that same value, so it starts when the task started (on the worker's clock),
+    not 0.5 s off after a heartbeat changed the delay mid-task."""
+    run = tmp_path / "run"
+    proc = run_instrumented(DELAY_APP, env=evlog_env({"EVLOG_RUN_DIR": str(run), "EVLOG_SUMMARY": "false"}), timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    started = sorted(json.loads(proc.stdout.decode().splitlines()[-1]))
+    spans = sorted(s["start"] for s in read_run_folder(str(run))["spans"] if s["name"] == "dask.execute shifted")
+    assert len(spans) == 3
+    for t, ns in zip(started, spans):
+        assert abs(ns / 1e9 - t) < 0.2, (ns / 1e9 - t)

@@ -101,10 +101,11 @@ class WorkerRecorder:
             n0 -= 1  # appended by this run just before it went to the executor
         return ts, sc, parent, token, n0
 
-    def executed(self, worker, key, ts, sc, parent, n0, msg) -> None:
+    def executed(self, key, ts, sc, parent, n0, msg, delay: float) -> None:
+        """``delay``: the worker's scheduler_delay as the task started, the one Dask added to the times in
+        ``msg`` (a heartbeat may change it while the task runs; the current one would shift the span)."""
         if ts is None:
             return
-        delay = worker.scheduler_delay
         err = None
         if msg.get("op") != "task-finished":
             exc = msg.get("actual_exception")
@@ -248,6 +249,7 @@ def run_task(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     try:
         ts, sc, parent, token, n0 = rec.begin(worker, key)
+        delay = worker.scheduler_delay
     except Exception as exc:
         _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -257,7 +259,7 @@ def run_task(wrapped, instance, args, kwargs):
         if token is not None:
             _detach(token)
     try:
-        rec.executed(worker, key, ts, sc, parent, n0, msg)
+        rec.executed(key, ts, sc, parent, n0, msg, delay)
     except Exception as exc:
         _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
     return msg
@@ -278,6 +280,7 @@ async def run_task_async(wrapped, instance, args, kwargs):
         return await wrapped(*args, **kwargs)
     try:
         ts, sc, parent, token, n0 = rec.begin(worker, key)
+        delay = worker.scheduler_delay
     except Exception as exc:
         _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return await wrapped(*args, **kwargs)
@@ -287,7 +290,7 @@ async def run_task_async(wrapped, instance, args, kwargs):
         if token is not None:
             _detach(token)
     try:
-        rec.executed(worker, key, ts, sc, parent, n0, msg)
+        rec.executed(key, ts, sc, parent, n0, msg, delay)
     except Exception as exc:
         _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
     return msg
