@@ -143,12 +143,12 @@ def test_sdk_numbers_fall_back_to_their_default_one_message_each():
     assert s.problems == (
         "OTEL_BSP_SCHEDULE_DELAY: expected a whole number of milliseconds, 1 or more, got '-5'; using 1000",
         "OTEL_BLRP_MAX_QUEUE_SIZE: expected a whole number of log records, 1 or more, got '0'; using 8192",
-        "OTEL_METRIC_EXPORT_INTERVAL: expected a whole number of milliseconds, 1 or more, got 'soon'; using 5000",
+        "OTEL_METRIC_EXPORT_INTERVAL: expected a whole number of milliseconds, 1 or more, got 'soon'; using 1000",
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE: 99999 spans is more than the queue holds (OTEL_BSP_MAX_QUEUE_SIZE is "
         "16384); using 16384",
     )
     n = s.sdk_numbers
-    assert n["OTEL_BSP_SCHEDULE_DELAY"] == 1000 and n["OTEL_METRIC_EXPORT_INTERVAL"] == 5000
+    assert n["OTEL_BSP_SCHEDULE_DELAY"] == 1000 and n["OTEL_METRIC_EXPORT_INTERVAL"] == 1000
     assert n["OTEL_BLRP_MAX_QUEUE_SIZE"] == 8192 and n["OTEL_BSP_MAX_EXPORT_BATCH_SIZE"] == 16384
     assert n["OTEL_BSP_EXPORT_TIMEOUT"] == 2500, "a good value is the user's"
 

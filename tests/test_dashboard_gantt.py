@@ -11,6 +11,7 @@ runs (2 worker processes x 2 threads) under evlog-instrument, shown by `evlog vi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -92,17 +93,24 @@ def _run(tmp, app: str, timeout: float = 240) -> str:
     return str(run_dir)
 
 
-@pytest.fixture(scope="module")
-def report_view(tmp_path_factory):
+@contextlib.contextmanager
+def viewed(tmp, app: str):
+    """The run folder of ``app`` run under evlog-instrument, shown by `evlog view`: its URL."""
     from test_cli import _start_view, _stop
-    from test_report import APP
 
-    folder = _run(tmp_path_factory.mktemp("gantt-report"), APP)
-    proc, url = _start_view(folder, "--no-follow")
+    proc, url = _start_view(_run(tmp, app), "--no-follow")
     try:
         yield url
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def report_view(tmp_path_factory):
+    from test_report import APP
+
+    with viewed(tmp_path_factory.mktemp("gantt-report"), APP) as url:
+        yield url
 
 
 def open_page(browser, url: str) -> None:

@@ -25,6 +25,7 @@ import sqlite3
 import threading
 from typing import Any, Callable
 
+from . import steps
 from .store import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, Store, dumps
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -184,17 +185,21 @@ def _pack(rows: list[tuple], slack: int = 0) -> list[int]:
     return out
 
 
-def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: float | None = None,
-          max_bars: int = MAX_BARS, bins: int = GANTT_BINS) -> dict:
+def task_category(store: Store) -> tuple[int | None, str]:
+    """Which spans are the run's tasks (the Gantt's bars, the saturation plots' steps), and what they are."""
     cats = store.span_categories()
     if cats.get(CAT_EXECUTION):
-        cat, what = CAT_EXECUTION, "Dask task executions, per worker and thread"
-    elif cats.get(CAT_POOL_TASK):
-        cat, what = CAT_POOL_TASK, "pool tasks (concurrent.futures, multiprocessing), per process and thread"
-    elif cats.get(CAT_SCHED_TASK):
-        cat, what = CAT_SCHED_TASK, "scheduler task spans, per worker"
-    else:
-        cat, what = (CAT_OTHER if cats else None), "spans, per process and thread"
+        return CAT_EXECUTION, "Dask task executions, per worker and thread"
+    if cats.get(CAT_POOL_TASK):
+        return CAT_POOL_TASK, "pool tasks (concurrent.futures, multiprocessing), per process and thread"
+    if cats.get(CAT_SCHED_TASK):
+        return CAT_SCHED_TASK, "scheduler task spans, per worker"
+    return (CAT_OTHER if cats else None), "spans, per process and thread"
+
+
+def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: float | None = None,
+          max_bars: int = MAX_BARS, bins: int = GANTT_BINS) -> dict:
+    cat, what = task_category(store)
     labels = {p["id"]: p["label"] for p in store.processes()}
     ns0 = None if t0 is None else int(t0 * 1e9)
     ns1 = None if t1 is None else int(t1 * 1e9)
@@ -581,9 +586,16 @@ class Dashboard:
 
         def all_plots() -> list[dict]:
             names = {n for n, _u, _c in self.store.metric_names()}
+            cat, _what = task_category(self.store)
+            exact = {}
+            if cat in (CAT_EXECUTION, CAT_POOL_TASK):  # tasks with their threads: saturation from the spans
+                labels = {p["id"]: p["label"] for p in self.store.processes()}
+                exact = {p["name"]: p for p in steps.saturation(self.store.gantt_rows(cat), labels, worker)}
             out = []
             for i, (name, title, unit) in enumerate(LINE_PLOTS):
-                if i < _ALWAYS_PLOTTED or name in names:
+                if name in exact:
+                    out.append(exact[name])
+                elif i < _ALWAYS_PLOTTED or name in names:
                     out.append({**line_plot(self.store, name, worker), "title": title, "unit": unit})
             return out
 

@@ -35,6 +35,8 @@
       $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)");
       var note = $("gantt-note"); note.hidden = !g.note; note.textContent = g.note || "";
       EV.gantt.set(g);
+      EV.timeRange = [g.t0, g.t1];  // the plots share it (plots.js)
+      EV.syncPlots();
       var leg = $("gantt-legend"); leg.innerHTML = "";
       g.prefixes.slice(0, 40).forEach(function (p) {
         leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + EV.prefixColour(p) }), p]));
@@ -74,6 +76,7 @@
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {
+      EV.syncPlots();
       state.refreshing = false;
       EV.refreshes++;
       EV.lastRefreshMs = performance.now() - started;
@@ -162,6 +165,25 @@
     else { status(state.connected ? "live" : "down", state.connected ? "live" : "disconnected · retrying every 5 s"); if (state.waiting) refresh(); state.waiting = 0; }
   });
   $("worker").addEventListener("change", function (e) { state.worker = e.target.value; refresh(); });
+  /** Zoom the Gantt, and with it every time plot, to [t0, t1] seconds (a drag on a plot). */
+  EV.zoomTo = function (t0, t1) {
+    if (!(t1 > t0)) return;
+    state.range = [t0, t1];
+    $("gantt-reset").hidden = false;
+    refreshGantt().catch(failed("gantt"));
+  };
+  function showClock() {
+    $("clock").textContent = EV.tz === "utc" ? "UTC" : "local";
+    $("clock").title = "Times on this page: " + EV.tzName() + ". Click for " + (EV.tz === "utc" ? "local time" : "UTC") + ".";
+    document.body.setAttribute("data-clock", EV.tz);
+  }
+  showClock();
+  $("clock").addEventListener("click", function () {
+    EV.setClock(EV.tz === "utc" ? "local" : "utc");
+    showClock();
+    EV.resetPlots();
+    refresh();
+  });
   $("gantt-reset").addEventListener("click", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
   $("gantt").addEventListener("dblclick", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
   $("task-close").addEventListener("click", function () { state.task = null; $("task-section").hidden = true; });

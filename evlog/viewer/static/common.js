@@ -31,11 +31,40 @@ EV.colour = function (name, light) {
   return "hsl(" + hue + "," + (55 + (h >>> 8) % 25) + "%," + (light ? 80 : 42 + (h >>> 16) % 14) + "%)";
 };
 
+/* One clock for the whole page: UTC or the browser's local time, chosen once (the header's button,
+   kept in localStorage), always 24-hour and to the millisecond. */
+EV.tz = localStorage.getItem("evlog-clock") === "local" ? "local" : "utc";
+EV.tzName = function () {
+  if (EV.tz === "utc") return "UTC";
+  var zone = "";
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (e) { /* no Intl */ }
+  return zone ? "local time (" + zone + ")" : "local time";
+};
+EV.tzShort = function () { return EV.tz === "utc" ? "UTC" : "local"; };
+EV.setClock = function (tz) { EV.tz = tz === "local" ? "local" : "utc"; localStorage.setItem("evlog-clock", EV.tz); };
+
 EV.clock = function (secs, withDate) {
   if (secs === null || secs === undefined) return "-";
-  var d = new Date(secs * 1000);
-  var iso = d.toISOString();
+  var ms = secs * 1000;
+  if (EV.tz === "local") ms -= new Date(ms).getTimezoneOffset() * 60000;  // ISO text of the local time
+  var iso = new Date(ms).toISOString();
   return withDate ? iso.replace("T", " ").slice(0, 23) : iso.slice(11, 23);
+};
+
+/** A time axis tick: offsets from the start for a run under 2 s, else the clock (ms under 2 min). */
+EV.tick = function (secs, t0, span) {
+  return span < 2 ? "+" + EV.duration(secs - t0) : EV.clock(secs).slice(0, span < 120 ? 12 : 8);
+};
+
+/** A number for an axis label: 1.2k, 3.4M, ...; bytes as kB, MB, GB. */
+EV.short = function (v, unit) {
+  if (v === null || v === undefined || !isFinite(v)) return "";
+  var a = Math.abs(v), bytes = unit === "bytes", k = 1000;
+  var steps = bytes ? ["B", "kB", "MB", "GB", "TB"] : ["", "k", "M", "G", "T"];
+  var i = 0;
+  while (a >= k && i < steps.length - 1) { a /= k; v /= k; i++; }
+  var txt = a >= 100 || a === Math.round(a) ? String(Math.round(v)) : v.toFixed(a >= 10 ? 1 : 2);
+  return txt + (bytes ? " " + steps[i] : steps[i]);
 };
 
 EV.duration = function (secs) {

@@ -209,7 +209,7 @@
     for (var t = 0; t <= ticks; t++) {
       var ts = d.t0 + span * t / ticks, x = this._x(ts);
       g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y0 + 4); g.stroke();
-      var txt = span < 2 ? "+" + EV.duration(ts - d.t0) : EV.clock(ts).slice(0, span < 120 ? 12 : 8);
+      var txt = EV.tick(ts, d.t0, span);
       g.fillText(txt, Math.min(x - 10, this.width - 70), y0 + 15);
     }
     if (this.drag) {

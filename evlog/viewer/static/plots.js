@@ -1,6 +1,8 @@
-/* Line plots (uPlot): the consumers' gauges per process, and the console-metadata graphs whose x axis
-   the server chose ("progress", else "epoch", else the cluster-job-logging rules). A plot is updated in
-   place while its series stay the same, and rebuilt when they change. */
+/* Line plots (uPlot): worker and processor saturation as step functions from the task spans, the
+   consumers' sampled gauges per process, and the console-metadata graphs whose x axis the server chose
+   ("progress", else "epoch", else the cluster-job-logging rules). A plot is updated in place while its
+   series stay the same, and rebuilt when they change. The time plots share the Gantt's time range (its
+   zoom, EV.timeRange) and its clock; dragging across one zooms the Gantt and every plot. */
 "use strict";
 (function () {
   var HEIGHT = 200;
@@ -22,6 +24,51 @@
   }
 
   function drop(id) { if (charts[id]) { charts[id].u.destroy(); delete charts[id]; } }
+
+  var stepped = uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : null;
+
+  /** The x axis of a time plot: the Gantt's range and clock, drag to zoom everything. */
+  function timeAxis(unit) {
+    return {
+      scales: { x: { time: false, range: function (u, min, max) { return EV.timeRange ? EV.timeRange.slice() : [min, max]; } } },
+      axes: [
+        { values: function (u, splits) {
+          var sc = u.scales.x, span = sc.max - sc.min;
+          return splits.map(function (v) { return EV.tick(v, sc.min, span); });
+        }, space: 80 },
+        { size: 64, values: function (u, vals) { return vals.map(function (v) { return EV.short(v, unit); }); } },
+      ],
+      cursor: { drag: { x: true, y: false, setScale: false } },
+      hooks: { setSelect: [function (u) {
+        if (u.select.width > 4 && EV.zoomTo) {
+          EV.zoomTo(u.posToVal(u.select.left, "x"), u.posToVal(u.select.left + u.select.width, "x"));
+        }
+        u.setSelect({ left: 0, top: 0, width: 0, height: 0 }, false);
+      }] },
+    };
+  }
+
+  /** Every time plot to the Gantt's range (after the Gantt or the plots changed). */
+  EV.syncPlots = function () {
+    Object.keys(charts).forEach(function (id) {
+      var c = charts[id];
+      if (id.indexOf("plot:") === 0 && EV.timeRange) c.u.setScale("x", { min: EV.timeRange[0], max: EV.timeRange[1] });
+    });
+  };
+
+  /** {metric name: [x min, x max]} of the time plots drawn (what a reader, or a test, sees). */
+  EV.plotRanges = function () {
+    var out = {};
+    Object.keys(charts).forEach(function (id) {
+      if (id.indexOf("plot:") === 0) out[id.slice(5)] = [charts[id].u.scales.x.min, charts[id].u.scales.x.max];
+    });
+    return out;
+  };
+
+  /** The clock changed: time plots are drawn again. */
+  EV.resetPlots = function () {
+    Object.keys(charts).forEach(function (id) { if (id.indexOf("plot:") === 0) drop(id); });
+  };
 
   /** The consumers' gauges: one uPlot per metric, one series per process. */
   EV.renderPlots = function (root, plots) {
@@ -48,14 +95,18 @@
       var data = [p.x].concat(p.series.map(function (s) {
         return scale === 1 ? s.values : s.values.map(function (v) { return v === null ? null : v * scale; });
       }));
-      var sig = p.series.map(function (s) { return s.label; }).join("|");
+      var sig = p.series.map(function (s) { return s.label; }).join("|") + (p.steps ? "|steps" : "") + "|" + EV.tz;
       upsert(id, holder, sig, function (w) {
+        var t = timeAxis(p.unit);
+        if (p.max) t.scales.y = { range: [0, p.max] };
         return {
-          width: w, height: HEIGHT, scales: { x: { time: true } },
-          series: [{}].concat(p.series.map(function (s) {
-            return { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: true, points: { show: false } };
+          width: w, height: HEIGHT, scales: t.scales, axes: t.axes, cursor: t.cursor, hooks: t.hooks,
+          series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(p.series.map(function (s) {
+            var o = { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: true, points: { show: false },
+              value: function (u, v) { return v === null || v === undefined ? "-" : EV.short(v, p.unit); } };
+            if (p.steps && stepped) o.paths = stepped;
+            return o;
           })),
-          axes: [{}, { size: 60 }],
           legend: { live: true },
         };
       }, data);

@@ -58,7 +58,7 @@
     }
     if (c.failures.length) {
       d.appendChild(EV.el("h4", {}, "Failures"));
-      var ft = EV.table(["key", "exception", "worker", "time (UTC)"], c.failures.map(function (f) {
+      var ft = EV.table(["key", "exception", "worker", "time (" + EV.tzShort() + ")"], c.failures.map(function (f) {
         return [keyLink(f.key), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.worker || "", EV.clock(f.time, true)];
       }), function () { return "err"; });
       ft.classList.add("failures");
@@ -108,7 +108,7 @@
     el.innerHTML = "";
     if (rep.error) { el.appendChild(EV.el("p", { "class": "error" }, rep.error)); return; }
     if (rep.empty) { el.appendChild(EV.el("p", { "class": "muted" }, "Nothing to report yet.")); return; }
-    el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " UTC (" +
+    el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " " + EV.tzName() + " (" +
       EV.duration(rep.wall_s) + "); " + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
       "The critical path is outlined in black in the Gantt and the task graph; click a key for its story."));
     if (rep.advice.length) {
