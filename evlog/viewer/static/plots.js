@@ -32,10 +32,14 @@
     return {
       scales: { x: { time: false, range: function (u, min, max) { return EV.timeRange ? EV.timeRange.slice() : [min, max]; } } },
       axes: [
-        { values: function (u, splits) {
+        { splits: function (u, i, min, max) {  // the Gantt's ticks: the range in six
+          var out = [];
+          for (var k = 0; k <= 6; k++) out.push(min + (max - min) * k / 6);
+          return out;
+        }, values: function (u, splits) {
           var sc = u.scales.x, span = sc.max - sc.min;
           return splits.map(function (v) { return EV.tick(v, sc.min, span); });
-        }, space: 80 },
+        } },
         { size: 64, values: function (u, vals) { return vals.map(function (v) { return EV.short(v, unit); }); } },
       ],
       cursor: { drag: { x: true, y: false, setScale: false } },
@@ -101,6 +105,7 @@
         if (p.max) t.scales.y = { range: [0, p.max] };
         return {
           width: w, height: HEIGHT, scales: t.scales, axes: t.axes, cursor: t.cursor, hooks: t.hooks,
+          padding: [8, 36, 0, 0],  // room for the last tick's label
           series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(p.series.map(function (s) {
             var o = { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: true, points: { show: false },
               value: function (u, v) { return v === null || v === undefined ? "-" : EV.short(v, p.unit); } };
