@@ -269,7 +269,8 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
         assert browser.js(legend) == [["acc", False], ["loss", False]]
         # live: new spans arrive without reloading the page
         before = browser.js("+document.querySelector('#count-spans b').textContent.replace(/,/g, '')")
-        send_spans(serve, 5)
+        [run] = [r["run"] for r in serve.get("api/overview")["runs"]]
+        send_spans(serve, 5, run)  # more of the same run (a span of another run would go to its own view)
         browser.wait_js(f"+document.querySelector('#count-spans b').textContent.replace(/,/g, '') >= {before + 5}",
                         what="the live update")
         # the server goes away and comes back: the page reconnects by itself
@@ -279,7 +280,7 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
         serve = Serve(db, grpc=serve.grpc, http=serve.http)
         browser.wait_js("document.getElementById('status').textContent === 'live'", timeout=30,
                         what="reconnection within 5 s of the restart")
-        send_spans(serve, 3)
+        send_spans(serve, 3, run)
         browser.wait_js(f"+document.querySelector('#count-spans b').textContent.replace(/,/g, '') >= {before + 8}",
                         what="live updates after the reconnection")
         browser.screenshot(str(tmp_path / "dashboard.png"))
@@ -319,13 +320,13 @@ def test_the_page_asks_for_the_token(tmp_path, browser):
         _stop(proc)
 
 
-def send_spans(serve, n: int) -> None:
+def send_spans(serve, n: int, run: str = "") -> None:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    tp = TracerProvider(resource=Resource.create({"service.name": "later"}))
+    tp = TracerProvider(resource=Resource.create({"service.name": "later", **({"evlog.run.id": run} if run else {})}))
     tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"127.0.0.1:{serve.grpc}", insecure=True)))
     for i in range(n):
         with tp.get_tracer("t").start_as_current_span("futures.task later"):

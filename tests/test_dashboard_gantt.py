@@ -82,23 +82,23 @@ if __name__ == "__main__":
 '''
 
 
-def _run(tmp, app: str, timeout: float = 240) -> str:
+def _run(tmp, app: str, timeout: float = 240, **env: str) -> str:
     from helpers import PYTHON, evlog_env, run_instrumented
 
     (tmp / "app.py").write_text(app)
     run_dir = tmp / "run"
-    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
+    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir), **env), cwd=str(tmp),
                          timeout=timeout)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
     return str(run_dir)
 
 
 @contextlib.contextmanager
-def viewed(tmp, app: str):
-    """The run folder of ``app`` run under evlog-instrument, shown by `evlog view`: its URL."""
+def viewed(tmp, app: str, **env: str):
+    """The run folder of ``app`` run under evlog-instrument (``env``: settings), shown by `evlog view`: its URL."""
     from test_cli import _start_view, _stop
 
-    proc, url = _start_view(_run(tmp, app), "--no-follow")
+    proc, url = _start_view(_run(tmp, app, **env), "--no-follow")
     try:
         yield url
     finally:

@@ -67,6 +67,9 @@ def store_rows(store) -> tuple[list, list]:
     spans: list = []
     for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
         spans.extend(otlp_decode.decode_proto("traces", body))
+    run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
+    if run is not None:
+        spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
     for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
          scope) in conn.execute(
             "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "

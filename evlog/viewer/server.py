@@ -460,7 +460,7 @@ class Dashboard:
             ("/api/overview", self._overview), ("/api/gantt", self._gantt), ("/api/plots", self._plots),
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
-            ("/api/report", self._report),
+            ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -542,6 +542,21 @@ class Dashboard:
             return None
         return x if math.isfinite(x) else None
 
+    def _runs(self) -> list[dict]:
+        """The runs stored, newest first (in the query pool)."""
+        return [{**r, "start": _secs(r["start"]), "end": _secs(r["end"])} for r in self.store.runs()]
+
+    async def _view(self, request: Any) -> tuple[Store, str | None]:
+        """The store as the request sees it: one run (``run``; by default the newest when there are
+        several), or the whole store when it holds one run."""
+        run = request.query.get("run")
+        runs = await self._run(("runs",), self._runs)
+        if run is None or all(r["run"] != run for r in runs):
+            if len(runs) <= 1:
+                return self.store, None
+            run = runs[0]["run"]
+        return self.store.scoped(run), run
+
     # ---- routes
 
     async def _index(self, request: Any) -> Any:
@@ -549,8 +564,7 @@ class Dashboard:
 
         return web.FileResponse(os.path.join(STATIC_DIR, "index.html"), headers={"Cache-Control": "no-store"})
 
-    def _overview_now(self) -> dict:
-        s = self.store
+    def _overview_now(self, s: Store, run: str | None) -> dict:
         summary = s.summary()
         for k in ("start", "end"):
             summary[k] = _secs(summary[k])
@@ -564,10 +578,12 @@ class Dashboard:
             "plots": [{"name": n, "title": t, "unit": u} for i, (n, t, u) in enumerate(LINE_PLOTS)
                       if i < _ALWAYS_PLOTTED or n in names],
             "has_metadata": bool(s.named_events("evlog.metadata", limit=1)),
+            "run": run, "runs": self._runs(),  # in the query pool, as this whole function
         }
 
     async def _overview(self, request: Any) -> Any:
-        data = await self._run(("overview",), self._overview_now)
+        st, run = await self._view(request)
+        data = await self._run((run, "overview"), self._overview_now, st, run)
         if self.extra_status is not None:
             try:
                 data = {**data, "receiver": self.extra_status()}
@@ -576,36 +592,40 @@ class Dashboard:
         return self._json(data)
 
     async def _gantt(self, request: Any) -> Any:
+        st, run = await self._view(request)
         worker = request.query.get("worker") or None
         t0, t1 = self._float(request, "t0"), self._float(request, "t1")
-        data = await self._run(("gantt", worker, t0, t1), gantt, self.store, worker, t0, t1)
+        data = await self._run((run, "gantt", worker, t0, t1), gantt, st, worker, t0, t1)
         return self._json(data)
 
     async def _plots(self, request: Any) -> Any:
+        st, run = await self._view(request)
         worker = request.query.get("worker") or None
 
         def all_plots() -> list[dict]:
-            names = {n for n, _u, _c in self.store.metric_names()}
-            cat, _what = task_category(self.store)
+            names = {n for n, _u, _c in st.metric_names()}
+            cat, _what = task_category(st)
             exact = {}
             if cat in (CAT_EXECUTION, CAT_POOL_TASK):  # tasks with their threads: saturation from the spans
-                labels = {p["id"]: p["label"] for p in self.store.processes()}
-                exact = {p["name"]: p for p in steps.saturation(self.store.gantt_rows(cat), labels, worker)}
+                labels = {p["id"]: p["label"] for p in st.processes()}
+                exact = {p["name"]: p for p in steps.saturation(st.gantt_rows(cat), labels, worker)}
             out = []
             for i, (name, title, unit) in enumerate(LINE_PLOTS):
                 if name in exact:
                     out.append(exact[name])
                 elif i < _ALWAYS_PLOTTED or name in names:
-                    out.append({**line_plot(self.store, name, worker), "title": title, "unit": unit})
+                    out.append({**line_plot(st, name, worker), "title": title, "unit": unit})
             return out
 
-        return self._json(await self._run(("plots", worker), all_plots))
+        return self._json(await self._run((run, "plots", worker), all_plots))
 
     async def _dag(self, request: Any) -> Any:
+        st, run = await self._view(request)
         worker = request.query.get("worker") or None
-        return self._json(await self._run(("dag", worker), task_graph, self.store, worker))
+        return self._json(await self._run((run, "dag", worker), task_graph, st, worker))
 
     async def _task(self, request: Any) -> Any:
+        st, run = await self._view(request)
         key = request.query.get("key")
         row_id = request.query.get("id")
         rid = None
@@ -616,10 +636,11 @@ class Dashboard:
                 return self._json({"found": False, "error": "id must be an integer"}, 400)
         if key is None and rid is None:
             return self._json({"found": False, "error": "give key or id"}, 400)
-        data = await self._run(("task", key, rid), task_detail, self.store, key, rid)
+        data = await self._run((run, "task", key, rid), task_detail, st, key, rid)
         return self._json(data, 200 if data.get("found") else 404)
 
     async def _events(self, request: Any) -> Any:
+        st, run = await self._view(request)
         topic = request.query.get("topic") or None
         try:
             limit = max(1, min(int(request.query.get("limit", "500")), 10_000))
@@ -627,26 +648,63 @@ class Dashboard:
             limit = 500
 
         def events() -> dict:
-            evs = self.store.events(topic, limit=limit, newest_first=True)
+            evs = st.events(topic, limit=limit, newest_first=True)
             for e in evs:
                 e["time"] /= 1e9
             return _finite({"topic": topic, "events": evs,
-                            "topics": [{"topic": t, "count": n} for t, n in self.store.topics()]})
+                            "topics": [{"topic": t, "count": n} for t, n in st.topics()]})
 
-        return self._json(await self._run(("events", topic, limit), events))
+        return self._json(await self._run((run, "events", topic, limit), events))
+
+    async def _console(self, request: Any) -> Any:
+        """The captured console: its streams per process, and the newest lines matching q/stream/process."""
+        st, run = await self._view(request)
+        q = (request.query.get("q") or "")[:200]
+        stream = request.query.get("stream") or None
+        process = request.query.get("process")
+        try:
+            limit = max(1, min(int(request.query.get("limit", "2000")), 20_000))
+            pid = int(process) if process else None
+        except ValueError:
+            return self._json({"error": "limit and process must be integers"}, 400)
+
+        def console() -> dict:
+            rows, total = st.console(q, stream, pid, limit)
+            return _finite({
+                "streams": [{"process": label or "", "process_id": p, "stream": st, "lines": n}
+                            for label, p, st, n in st.console_streams()],
+                "lines": [{"time": r["time"] / 1e9, "body": r["body"], "stream": r["attributes"].get("log.iostream"),
+                           "process": r["process"], "repeated": r["attributes"].get("evlog.console.repeated"),
+                           "dropped": r["attributes"].get("evlog.console.dropped")} for r in rows],
+                "matched": total, "shown": len(rows)})
+
+        return self._json(await self._run((run, "console", q, stream, pid, limit), console))
+
+    async def _progress(self, request: Any) -> Any:
+        """Dask tasks finished so far per prefix, by final state (Dask's progress bars)."""
+        st, run = await self._view(request)
+        def progress() -> dict:
+            per: dict = {}
+            for prefix, state, n in st.progress():
+                per.setdefault(prefix, {})[state or "unknown"] = n
+            return {"prefixes": [{"prefix": p, "states": st, "total": sum(st.values())} for p, st in per.items()]}
+
+        return self._json(await self._run((run, "progress",), progress))
 
     async def _metadata(self, request: Any) -> Any:
+        st, run = await self._view(request)
         def graphs() -> dict:
-            evs = self.store.named_events("evlog.metadata", limit=MAX_METADATA)
+            evs = st.named_events("evlog.metadata", limit=MAX_METADATA)
             return {"graphs": metadata_graphs(evs)}
 
-        return self._json(await self._run(("metadata",), graphs))
+        return self._json(await self._run((run, "metadata",), graphs))
 
     async def _report(self, request: Any) -> Any:
         """`evlog report` of the stored data, for the report panel (evlog.viewer.report_panel)."""
+        st, run = await self._view(request)
         from .report_panel import dashboard_report
 
-        return self._json(await self._run(("report",), dashboard_report, self.store, self.source))
+        return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change (at most two a second), a comment

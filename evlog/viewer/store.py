@@ -287,11 +287,68 @@ class Store:
             return self.conn
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            conn.execute("PRAGMA query_only=1")
+            if self.run is not None:
+                conn = self._scoped_reader()
+            else:
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+                conn.execute("PRAGMA query_only=1")
             self._local.conn = conn
             with self._readers_lock:
                 self._readers.append(conn)
+        return conn
+
+    def runs(self) -> list[dict]:
+        """The runs stored (by resource attribute evlog.run.id; '' for processes without one), newest
+        first: their services, processes and time range."""
+        procs: dict = {}
+        for pid, run, service in self._q(f"SELECT id, {_RUN_OF}, service FROM processes"):
+            procs[pid] = (run, service)
+        times: dict = {}
+        for sql in ("SELECT process, min(start), max(end) FROM spans GROUP BY process",
+                    "SELECT process, min(time), max(time) FROM logs GROUP BY process"):
+            for p, t0, t1 in self._q(sql):
+                a, b = times.get(p, (None, None))
+                times[p] = (t0 if a is None or (t0 is not None and t0 < a) else a,
+                            t1 if b is None or (t1 is not None and t1 > b) else b)
+        runs: dict = {}
+        for pid, (run, service) in procs.items():
+            r = runs.setdefault(run, {"run": run, "services": set(), "processes": 0, "start": None, "end": None})
+            r["processes"] += 1
+            if service:
+                r["services"].add(service)
+            t0, t1 = times.get(pid, (None, None))
+            if t0 is not None and (r["start"] is None or t0 < r["start"]):
+                r["start"] = t0
+            if t1 is not None and (r["end"] is None or t1 > r["end"]):
+                r["end"] = t1
+        out = [{**r, "services": sorted(r["services"])} for r in runs.values()]
+        out.sort(key=lambda r: r["start"] or 0, reverse=True)
+        return out
+
+    def scoped(self, run: str | None) -> "Store":
+        """This store's read side narrowed to one run: every query of the returned store sees only the
+        rows of that run's processes (temp views named like the tables shadow them on connections of its
+        own, so no query needs to know). ``None``: this store, whole."""
+        if run is None or self.path is None:
+            return self
+        import copy
+
+        view = copy.copy(self)
+        view.run = run
+        view._local = threading.local()
+        return view
+
+    run: str | None = None  # the run a scoped() store shows
+
+    def _scoped_reader(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        lit = "'" + self.run.replace("'", "''") + "'"
+        conn.executescript(
+            f"CREATE TEMP VIEW processes AS SELECT * FROM main.processes WHERE {_RUN_OF} = {lit};"
+            "CREATE TEMP VIEW spans AS SELECT * FROM main.spans WHERE process IN (SELECT id FROM temp.processes);"
+            "CREATE TEMP VIEW logs AS SELECT * FROM main.logs WHERE process IN (SELECT id FROM temp.processes);"
+            "CREATE TEMP VIEW points AS SELECT * FROM main.points WHERE process IN (SELECT id FROM temp.processes);")
+        conn.execute("PRAGMA query_only=1")
         return conn
 
     def close(self) -> None:
@@ -616,6 +673,39 @@ class Store:
         return [_log_dict(r) for r in self._q(
             _LOG_SELECT + " WHERE l.event_name = ? ORDER BY l.time, l.id LIMIT ?", (event_name, limit))]
 
+    def console_streams(self) -> list[tuple[str, int, str, int]]:
+        """(process label, process id, stream, lines) of the captured console (log.iostream records)."""
+        return self._q(
+            "SELECT p.label, l.process, json_extract(l.attributes, '$.\"log.iostream\"') AS stream, count(*) "
+            "FROM logs l LEFT JOIN processes p ON p.id = l.process WHERE l.event_name = '' AND stream IS NOT NULL "
+            "GROUP BY l.process, stream ORDER BY p.label, stream")
+
+    def console(self, text: str | None = None, stream: str | None = None, process: int | None = None,
+                limit: int = 2000) -> tuple[list[dict], int]:
+        """The newest ``limit`` console lines (oldest first) containing ``text`` (case-insensitive), of
+        one stream and process if given; and how many matched in all."""
+        where = ["l.event_name = ''", "json_extract(l.attributes, '$.\"log.iostream\"') IS NOT NULL"]
+        args: list = []
+        if stream:
+            where.append("json_extract(l.attributes, '$.\"log.iostream\"') = ?")
+            args.append(stream)
+        if process is not None:
+            where.append("l.process = ?")
+            args.append(process)
+        if text:
+            where.append("l.body LIKE ? ESCAPE '\\'")
+            args.append("%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        cond = " WHERE " + " AND ".join(where)
+        total = self._q("SELECT count(*) FROM logs l" + cond, tuple(args))[0][0]
+        rows = self._q(_LOG_SELECT + cond + " ORDER BY l.time DESC, l.id DESC LIMIT ?", tuple(args) + (int(limit),))
+        return [_log_dict(r) for r in reversed(rows)], total
+
+    def progress(self) -> list[tuple[str, str, int]]:
+        """(prefix, final state, tasks) of the Dask task lives recorded so far (their dask.task spans)."""
+        return self._q(
+            "SELECT prefix, coalesce(json_extract(attributes, '$.\"dask.task.state\"'), ''), count(*) FROM spans "
+            "WHERE cat = ? AND prefix IS NOT NULL GROUP BY prefix, 2 ORDER BY prefix", (CAT_SCHED_TASK,))
+
     def span_categories(self) -> dict[int, int]:
         return {c: n for c, n in self._q("SELECT cat, count(*) FROM spans GROUP BY cat")}
 
@@ -682,6 +772,8 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
 
 _EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
+_RUN_OF = "coalesce(json_extract(resource, '$.\"evlog.run.id\"'), '')"  # a process's run (processes table)
+
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
                "l.attributes, l.trace_id, l.span_id, p.label, l.process FROM logs l "
                "LEFT JOIN processes p ON p.id = l.process")

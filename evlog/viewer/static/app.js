@@ -46,6 +46,22 @@
     });
   }
 
+  /** `evlog serve` with several runs: one is shown at a time (the newest unless chosen). */
+  function refreshRuns(ov) {
+    var sel = $("run"), runs = ov.runs || [];
+    $("run-label").hidden = runs.length <= 1;
+    var sig = runs.map(function (r) { return r.run + "/" + r.processes; }).join("|");
+    if (sel.getAttribute("data-sig") === sig) { sel.value = ov.run === null || ov.run === undefined ? "" : ov.run; return; }
+    sel.setAttribute("data-sig", sig);
+    sel.innerHTML = "";
+    runs.forEach(function (r) {
+      var name = (r.services.join(", ") || "(no service)") + " · " + (r.start ? EV.clock(r.start, true).slice(0, 19) : "") +
+        " · " + r.processes + " process" + (r.processes === 1 ? "" : "es") + (r.run ? "" : " · no evlog.run.id");
+      sel.appendChild(EV.el("option", { value: r.run, title: "evlog.run.id " + (r.run || "(none)") }, name));
+    });
+    sel.value = ov.run === null || ov.run === undefined ? "" : ov.run;
+  }
+
   function refreshWorkers(ov) {
     var sel = $("worker"), have = {};
     Array.prototype.forEach.call(sel.options, function (o) { have[o.value] = true; });
@@ -61,6 +77,7 @@
         $("source").textContent = ov.source;
         document.title = "evlog · " + ov.source;
         EV.renderCounts($("counts"), ov);
+        refreshRuns(ov);
         refreshWorkers(ov);
         $("metadata-section").hidden = !ov.has_metadata;
         if (ov.has_metadata) return EV.api("api/metadata").then(function (m) { EV.renderMetadata($("metadata"), m.graphs); });
@@ -73,6 +90,8 @@
       }).catch(failed("dag")),
       refreshEvents().catch(failed("events")),
       EV.refreshReport().catch(failed("report")),  // report.js
+      EV.refreshConsole().catch(failed("console")),  // console.js
+      EV.refreshProgress().catch(failed("progress")),
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {
@@ -163,6 +182,13 @@
     $("pause").classList.toggle("on", state.paused);
     if (state.paused) { state.waiting = 0; status("paused", "paused"); }
     else { status(state.connected ? "live" : "down", state.connected ? "live" : "disconnected · retrying every 5 s"); if (state.waiting) refresh(); state.waiting = 0; }
+  });
+  $("run").addEventListener("change", function (e) {
+    EV.run = e.target.value;
+    state.range = null; state.task = null; state.worker = "";
+    $("gantt-reset").hidden = true; $("task-section").hidden = true;
+    var w = $("worker"); while (w.options.length > 1) w.remove(1);
+    refresh();
   });
   $("worker").addEventListener("change", function (e) { state.worker = e.target.value; refresh(); });
   /** Zoom the Gantt, and with it every time plot, to [t0, t1] seconds (a drag on a plot). */

@@ -7,6 +7,8 @@ EV.token = sessionStorage.getItem("evlog-token") || "";
 /** GET an API path; resolves to the parsed JSON, rejects with {status, data}. */
 EV.api = function (path, params) {
   var q = new URLSearchParams();
+  // the run chosen in the header (else the server shows the newest, and the page follows new runs)
+  if (EV.run !== undefined && EV.run !== null && !(params && "run" in params)) q.set("run", EV.run);
   Object.keys(params || {}).forEach(function (k) {
     if (params[k] !== null && params[k] !== undefined && params[k] !== "") q.set(k, params[k]);
   });

@@ -5,7 +5,7 @@
   EV.renderCounts = function (el, ov) {
     var s = ov.summary, r = ov.receiver || {};
     var parts = [
-      ["spans", s.spans], ["events", s.events], ["metric points", s.metric_points],
+      ["spans", s.spans], ["events", s.events], ["logs", s.logs], ["metric points", s.metric_points],
       ["processes", s.processes], ["traces", s.traces], ["task keys", s.tasks]];
     el.innerHTML = "";
     parts.forEach(function (p) {
