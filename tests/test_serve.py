@@ -454,3 +454,30 @@ def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
     assert g["x"] == "epoch" and g["xs"] == [0, 1, 2, 3, 4, 5]
     assert set(g["series"]) == {"loss", "acc", "step"}  # "size" is a string: table only
     assert g["table"][0]["body"]["epoch"] == 5  # newest first
+
+
+def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(tmp_path):
+    """What `evlog serve`'s run selector rests on: every query of Store.scoped(run) sees that run only."""
+    from evlog.viewer.store import Store
+
+    def span(i: int, run: str) -> dict:
+        return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": f"futures.task f{run}",
+                "kind": "INTERNAL", "start": i * 1000, "end": i * 1000 + 500, "attributes": {}, "events": [],
+                "links": [], "status_code": "UNSET", "status_message": "", "scope": "t",
+                "resource": {"service.name": run, "evlog.run.id": run, "process.pid": 1 + i % 2}}
+
+    st = Store(str(tmp_path / "evlog.sqlite"))
+    try:
+        st.ingest([("traces", [span(i, "a") for i in range(1, 4)] + [span(i, "b") for i in range(10, 15)])])
+        assert [(r["run"], r["processes"]) for r in st.runs()] == [("b", 2), ("a", 2)]  # newest first
+        a, b = st.scoped("a"), st.scoped("b")
+        assert st.summary()["spans"] == 8 and a.summary()["spans"] == 3 and b.summary()["spans"] == 5
+        assert {p["service"] for p in a.processes()} == {"a"}
+        assert len(a.gantt_rows(None)) == 3 and st.scoped("a") is a and st.scoped(None) is st
+        before = len(st._readers)
+        for _ in range(20):
+            a.summary()
+            st.scoped("a").summary()
+        assert len(st._readers) == before  # one connection per (run, thread), not per request
+    finally:
+        st.close()

@@ -571,7 +571,7 @@ class Dashboard:
         procs = s.processes()
         names = {n for n, _u, _c in s.metric_names()}
         return {
-            "source": self.source, "version": s.version, "summary": summary,
+            "source": self.source, "version": self.store.version, "summary": summary,
             "workers": sorted({p["label"] for p in procs}),
             "processes": procs,
             "topics": [{"topic": t, "count": n} for t, n in s.topics()],

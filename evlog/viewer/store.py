@@ -214,6 +214,7 @@ class Store:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._views: dict = {}  # run -> this store scoped to it (scoped())
         self._proc_ids: dict[str, int] = {}
         self._proc_worker: dict[int, str] = {}
         self._proc_by_bytes: dict[bytes, int] = {}
@@ -331,11 +332,17 @@ class Store:
         own, so no query needs to know). ``None``: this store, whole."""
         if run is None or self.path is None:
             return self
-        import copy
+        with self._readers_lock:
+            view = self._views.get(run)
+            if view is None:  # one per run, kept: its connections (one per query thread) are reused
+                import copy
 
-        view = copy.copy(self)
-        view.run = run
-        view._local = threading.local()
+                view = copy.copy(self)
+                view.run = run
+                view._local = threading.local()
+                if len(self._views) >= 64:
+                    self._views.clear()
+                self._views[run] = view
         return view
 
     run: str | None = None  # the run a scoped() store shows
