@@ -28,11 +28,11 @@ class RunProcessors:
 
     def on_end(self, spans) -> None:
         for name, proc in self.processors:
-            try:
-                for span in spans:
+            for span in spans:  # one span that fails does not keep the others from the processor
+                try:
                     proc.on_end(span)
-            except Exception as exc:
-                _report.warn_once(f"span-processor-{name}", f"EVLOG_SPAN_PROCESSORS: {name} failed on a span: {exc!r}")
+                except Exception as exc:
+                    _report.warn_once(f"span-processor-{name}", f"EVLOG_SPAN_PROCESSORS: {name} failed on a span: {exc!r}")
 
     def shutdown(self) -> None:
         for name, proc in self.processors:
@@ -56,13 +56,13 @@ def _make(name: str):
     if hasattr(made, "on_end"):
         return made
     if hasattr(made, "write"):
-        return _LogProcessor(made)
+        return _log_processor(made)
     _report.warn_once(f"span-processor-make-{name}", f"EVLOG_SPAN_PROCESSORS: {name} made {type(made).__name__}, "
                       "neither a span processor (on_end) nor a log (write); left out")
     return None
 
 
-def _LogProcessor(log):
+def _log_processor(log):
     """A log fed as set_log_sink feeds it, with the timeline's process taken from each span's resource
     (the process the task ran in, not this one)."""
     from evlog.processors.multieventlog import _Dispatch
