@@ -481,3 +481,21 @@ def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(t
         assert len(st._readers) == before  # one connection per (run, thread), not per request
     finally:
         st.close()
+
+
+def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
+    """An exporter may send any value as evlog.run.id (a number, a list): it is a run, shown as text."""
+    from evlog.viewer.store import Store
+
+    st = Store(str(tmp_path / "evlog.sqlite"))
+    try:
+        rows = [{"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "s", "kind": "INTERNAL",
+                 "start": i, "end": i + 1, "attributes": {}, "events": [], "links": [], "status_code": "UNSET",
+                 "status_message": "", "scope": "t", "resource": {"evlog.run.id": run, "process.pid": i}}
+                for i, run in enumerate([7, 7.5, ["a"], "x"], 1)]
+        st.ingest([("traces", rows)])
+        runs = {r["run"] for r in st.runs()}
+        assert runs == {"7", "7.5", '["a"]', "x"}
+        assert all(st.scoped(r).summary()["spans"] == 1 for r in runs)
+    finally:
+        st.close()

@@ -332,6 +332,7 @@ class Store:
         own, so no query needs to know). ``None``: this store, whole."""
         if run is None or self.path is None:
             return self
+        run = str(run)
         with self._readers_lock:
             view = self._views.get(run)
             if view is None:  # one per run, kept: its connections (one per query thread) are reused
@@ -779,7 +780,8 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
 
 _EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
-_RUN_OF = "coalesce(json_extract(resource, '$.\"evlog.run.id\"'), '')"  # a process's run (processes table)
+# a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
+_RUN_OF = "coalesce(CAST(json_extract(resource, '$.\"evlog.run.id\"') AS TEXT), '')"
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
                "l.attributes, l.trace_id, l.span_id, p.label, l.process FROM logs l "
