@@ -51,8 +51,8 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
             os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
             # gRPC is not fork-safe once a process has used it unless its fork support is on (it pauses
             # gRPC's threads around fork): a child forked after evlog's first gRPC export could crash
-            # with SIGSEGV or hang (tests/test_launcher.py's fork child: 4-6 of 8 runs on grpcio
-            # 1.63, 1 of 16 with it on). Read when grpc is first imported; a user's value wins.
+            # with SIGSEGV or hang (tests/test_launcher.py's fork child: 9 of 18 runs on grpcio
+            # 1.63, 1 of 24 with it on). Read when grpc is first imported; a user's value wins.
             os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "true")
 
         def make():
