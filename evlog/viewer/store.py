@@ -781,7 +781,9 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
 _EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 # a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
-_RUN_OF = "coalesce(CAST(json_extract(resource, '$.\"evlog.run.id\"') AS TEXT), '')"
+# (a resource with values JSON cannot carry, NaN say, is stored as text json_extract refuses: no run id)
+_RUN_OF = ("coalesce(CASE WHEN json_valid(resource) THEN CAST(json_extract(resource, '$.\"evlog.run.id\"') AS TEXT) "
+           "END, '')")
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
                "l.attributes, l.trace_id, l.span_id, p.label, l.process FROM logs l "
