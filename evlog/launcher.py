@@ -168,13 +168,7 @@ def _wait(pid: int, listener, env: dict):
                     except (BlockingIOError, InterruptedError):
                         break
             if listener in ready:
-                try:
-                    from evlog.bootstrap import exporter
-
-                    started = exporter.spawn(listener, env, SITE_DIR)
-                except Exception as exc:
-                    sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
-                listener.close()
+                started = _spawn_exporter(listener, env)
                 listener = None
     finally:
         signal.set_wakeup_fd(old_fd)
@@ -223,16 +217,24 @@ def _await_relay(stats_file: str, listener, env: dict, started):
     while relays and time.monotonic() < deadline:
         relays = [p for p in relays if _running(p)]
         if listener is not None and select.select([listener], [], [], 0.01)[0]:
-            try:
-                from evlog.bootstrap import exporter
-
-                started = exporter.spawn(listener, env, SITE_DIR)
-            except Exception as exc:
-                sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
-            listener.close()
+            started = _spawn_exporter(listener, env)
             listener = None
         elif listener is None and relays:
             time.sleep(0.01)
+    return started
+
+
+def _spawn_exporter(listener, env: dict):
+    """The run's exporter process, at its socket's first connection (the listener is handed to it and
+    closed here); None, said once, if it cannot start."""
+    started = None
+    try:
+        from evlog.bootstrap import exporter
+
+        started = exporter.spawn(listener, env, SITE_DIR)
+    except Exception as exc:
+        sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
+    listener.close()
     return started
 
 

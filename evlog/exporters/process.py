@@ -336,14 +336,18 @@ class Builder:
                 if self.input_done and not self.backlog.held():
                     return
                 continue
-            client_id, records, data = entry
-            client = self.clients.get(client_id)
-            if client is None:
-                continue
-            if data is None:
-                self._finish(client_id, client)
-            else:
-                self._frame(client, data)
+            self._take(entry)
+
+    def _take(self, entry) -> None:
+        """One backlog entry: a client's frame is built, or its end finishes its builders."""
+        client_id, _records, data = entry
+        client = self.clients.get(client_id)
+        if client is None:
+            return
+        if data is None:
+            self._finish(client_id, client)
+        else:
+            self._frame(client, data)
 
     def drain(self, deadline: float) -> float:
         """At exit, in the calling thread: build what the backlog holds and export it as it goes, until
@@ -354,14 +358,7 @@ class Builder:
             entry = self.backlog.get(0)
             if entry is None:
                 break
-            client_id, _records, data = entry
-            client = self.clients.get(client_id)
-            if client is None:
-                continue
-            if data is None:
-                self._finish(client_id, client)
-            else:
-                self._frame(client, data)
+            self._take(entry)
             for pipeline in (self.pipeline, self.logs):
                 if pipeline.behind() >= BATCH:
                     for sink in pipeline.sinks or ():
