@@ -1,7 +1,8 @@
 """The dashboard's plots and clock in headless chromium, on a real Dask run (2 worker processes x 2
 threads, tasks of 0.3 s that overlap) shown by `evlog view`: worker and processor saturation are step
 functions from the task spans (above 0 while tasks run, reaching the busy threads), the plots share the
-Gantt's time range and zoom, axis labels are readable, and one clock (UTC or local) serves the page."""
+Gantt's time range and zoom, bytes held is a step function of the results in memory, axis labels are
+readable, and one clock (UTC or local) serves the page."""
 from __future__ import annotations
 
 import pytest
@@ -17,13 +18,13 @@ from dask.distributed import Client, LocalCluster
 
 def nap(x):
     time.sleep(0.3)
-    return x
+    return b"x" * (100_000 * (x + 1))
 
 if __name__ == "__main__":
     with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster, \
             Client(cluster) as client:
         client.wait_for_workers(2)
-        print(sum(client.gather(client.map(nap, range(16)))))
+        print(sum(map(len, client.gather(client.map(nap, range(16))))))
 '''
 
 
@@ -61,6 +62,26 @@ def test_saturation_is_exact_from_the_task_spans(view, browser):
     ps = plots["evlog.processor.saturation"]
     assert max(max(v or 0 for v in s["values"]) for s in ps["series"]) == 100.0
     assert ps["x"] == ws["x"] and len(ws["x"]) <= 2 * 16  # a point per start and end, no sampling
+
+
+def test_bytes_held_steps_with_every_result_stored_and_released(view, browser):
+    from dask.sizeof import sizeof
+
+    _open(browser, view)
+    plots = {p["name"]: p for p in browser.js("EV.api('api/plots')")}
+    held = plots["evlog.bytes.allocated"]
+    assert held["title"] == "Bytes held" and held["steps"] and len(held["series"]) == 2
+    every = sum(sizeof(b"x" * (100_000 * (x + 1))) for x in range(16))
+    totals = [sum(s["values"][i] or 0 for s in held["series"]) for i in range(len(held["x"]))]
+    assert max(totals) == every  # all 16 results held at once, before the client let go of them
+    assert all(s["values"][-1] == 0 for s in held["series"])  # then every one released
+    # it rises with the task ends: at the end of each task, its worker holds at least its result
+    bars = browser.js("EV.gantt.data.bars")
+    first = min(b[1] for b in bars)
+    before = [t for x, t in zip(held["x"], totals) if x < first - 0.02]
+    after = max(i for i, x in enumerate(held["x"]) if x <= first + 0.05)
+    assert not any(before) and 0 < totals[after] < every
+    assert "Bytes held" in browser.js("document.querySelector('[data-plot=\"evlog.bytes.allocated\"]').textContent")
 
 
 def test_plots_share_the_gantts_time_range_and_zoom(view, browser):

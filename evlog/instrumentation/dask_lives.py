@@ -28,7 +28,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from evlog import __version__
 
-from . import dask_shape
+from . import dask_memory, dask_shape
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
@@ -76,6 +76,7 @@ class Lives:
         self._parents: dict = {}  # traceparent -> SpanContext
         self._names: dict = {}
         self._shapes = dask_shape.Shapes()
+        self._held = dask_memory.Held(SCOPE)
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         opened = self._open
@@ -113,10 +114,14 @@ class Lives:
                 w = w or (life[_WORKER] if start == "processing" else None)
                 if w:
                     life[_WORKER] = w
+                if finish == "memory":
+                    self._held.stored(key, w, nbytes, t, now)
             elif start == "processing" or start == "memory":
                 w = life[_WORKER]  # the worker it leaves (released, died, stolen)
             else:
                 w = None
+            if start == "memory":
+                self._held.left(key, t, now)
             life[_TRANS].append((start, finish, stim, w, t))
             if life[_END] is None and finish in TERMINAL:
                 life[_END], life[_STATE] = t, finish
@@ -133,6 +138,8 @@ class Lives:
             if type(life) is list and life[_SN] == sn:  # else it is out already (forgotten, or ran again)
                 self._emit(key, life, out)
                 opened[key] = (life[_WORKER], life[_INFO])  # until forgotten, its worker and names stay
+        if self._held.pending:
+            out.extend(self._held.spans(now, self.resource(), final))
         if final:
             for key, life in opened.items():
                 if type(life) is list:

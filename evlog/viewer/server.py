@@ -609,6 +609,9 @@ class Dashboard:
             if cat in (CAT_EXECUTION, CAT_POOL_TASK):  # tasks with their threads: saturation from the spans
                 labels = {p["id"]: p["label"] for p in st.processes()}
                 exact = {p["name"]: p for p in steps.saturation(st.gantt_rows(cat), labels, worker)}
+            held = st.held_bytes(worker)
+            if held:  # a Dask run: the bytes its workers hold, from the scheduler's transitions
+                exact["evlog.bytes.allocated"] = steps.held_bytes(held)
             out = []
             for i, (name, title, unit) in enumerate(LINE_PLOTS):
                 if name in exact:

@@ -39,14 +39,9 @@ def saturation(rows: list[tuple], labels: dict, worker: str | None = None) -> li
             else:
                 pts.append((t, n))
         per[w] = _thin(pts)
-    xs = sorted({t for pts in per.values() for t, _ in pts})
-    index = {t: i for i, t in enumerate(xs)}
+    xs, aligned = _aligned(per)
     wsat, psat = [], []
-    for w in sorted(per):
-        vals: list = [None] * len(xs)
-        for t, n in per[w]:
-            vals[index[t]] = n
-        _fill(vals)
+    for w, vals in aligned:
         k = max(1, len(threads[w]))
         wsat.append({"label": w, "values": vals})
         psat.append({"label": w, "values": [None if v is None else round(100 * v / k, 1) for v in vals]})
@@ -58,6 +53,36 @@ def saturation(rows: list[tuple], labels: dict, worker: str | None = None) -> li
         {"name": "evlog.processor.saturation", "title": "Processor saturation", "unit": "% of the worker's threads busy",
          "x": x, "series": psat, "steps": True, "downsampled": False, "note": note, "max": 100},
     ]
+
+
+def held_bytes(series: dict[str, list[tuple[int, int]]]) -> dict:
+    """``series``: worker -> (time ns, bytes held) at each change, from the ``dask.worker.memory`` spans
+    (evlog/instrumentation/dask_memory.py). The bytes-held plot in line_plot's shape, as steps."""
+    per = {}
+    for w, pts in series.items():
+        pts = sorted(pts)
+        if pts:
+            per[w] = _thin([(pts[0][0] - 1, 0)] + pts)  # nothing held before its first result
+    xs, aligned = _aligned(per)
+    return {"name": "evlog.bytes.allocated", "title": "Bytes held", "unit": "bytes",
+            "x": [t / 1e9 for t in xs], "series": [{"label": w, "values": v} for w, v in aligned],
+            "steps": True, "downsampled": False,
+            "note": "task results in each worker's memory, from the scheduler's transitions: every change is a step"}
+
+
+def _aligned(per: dict[str, list[tuple[int, int]]]) -> tuple[list[int], list[tuple[str, list]]]:
+    """Every series on one x (the union of their change times), each holding its value until its next
+    change; None before its first."""
+    xs = sorted({t for pts in per.values() for t, _ in pts})
+    index = {t: i for i, t in enumerate(xs)}
+    out = []
+    for w in sorted(per):
+        vals: list = [None] * len(xs)
+        for t, n in per[w]:
+            vals[index[t]] = n
+        _fill(vals)
+        out.append((w, vals))
+    return xs, out
 
 
 def _fill(vals: list) -> None:

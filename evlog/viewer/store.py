@@ -757,6 +757,22 @@ class Store:
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
 
+    def held_bytes(self, worker: str | None = None) -> dict[str, list[tuple[int, int]]]:
+        """worker -> (time ns, bytes held) at each change: the events of the ``dask.worker.memory`` spans
+        (docs/conventions.md); an event without a whole, non-negative ``dask.worker.nbytes`` is skipped."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        for d in self._span_dicts(self._q(_SPAN_SELECT + " WHERE s.name = 'dask.worker.memory'")):
+            w = d["attributes"].get("dask.worker.address")
+            w = w if isinstance(w, str) and w else (d["worker"] or "?")
+            if worker and w != worker:
+                continue
+            pts = out.setdefault(w, [])
+            for ev in d["events"]:
+                n = (ev.get("attributes") or {}).get("dask.worker.nbytes")
+                if type(n) is int and n >= 0 and type(ev.get("time")) is int:
+                    pts.append((ev["time"], n))
+        return {w: pts for w, pts in out.items() if pts}
+
     def series(self, name: str, buckets: int | None = None) -> tuple[list[tuple], bool]:
         """(process, time, value) of a gauge or sum (a histogram's mean), in time order, and whether
         it was averaged: past ``buckets`` points, SQLite averages per process and time bucket (so a
