@@ -24,15 +24,17 @@ import os
 import sys
 
 WAIT = 5.0  # seconds a fork waits for a lock
-_guards: list = []  # [lock, state] in registration order; state: None, True (held by this fork), False (timed out)
+_guards: list = []  # [lock, state, wait, quiet] in registration order; state: None, True (held by this fork),
+# False (timed out)
 _generation = [0]  # the registration whose before-hook acts; the others stand aside
 _numbers = itertools.count(1)  # one number per registration (next() is atomic: two threads never share one)
 _modules_seen = [-1]  # len(sys.modules) at the last registration
 
 
-def hold(lock) -> None:
-    """Forks wait for ``lock`` (bounded) and release it on both sides."""
-    _guards.append([lock, None])
+def hold(lock, wait: float | None = None, quiet: bool = False) -> None:
+    """Forks wait for ``lock`` (``wait`` seconds at most, else WAIT) and release it on both sides; ``quiet``: a
+    child forked after the wait ran out says nothing (the lock guards no set-up)."""
+    _guards.append([lock, None, wait, quiet])
     if _generation[0] == 0:
         _register()
 
@@ -56,7 +58,7 @@ def _register() -> None:
     def before() -> None:
         if gen == _generation[0]:
             for g in reversed(_guards):  # the last registered first: sdk's build lock, then the exporters'
-                g[1] = g[0].acquire(timeout=WAIT)
+                g[1] = g[0].acquire(timeout=WAIT if g[2] is None else g[2])
 
     os.register_at_fork(before=before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)
     _generation[0] = gen  # only once registered: a fork in between still has an earlier one acting
@@ -75,7 +77,7 @@ def _after_in_child() -> None:
         if g[1]:
             g[0].release()
         elif g[1] is False:  # held by a thread this process does not have
-            stuck = True
+            stuck = stuck or not g[3]
             reinit = getattr(g[0], "_at_fork_reinit", None)
             if reinit is not None:
                 reinit()
