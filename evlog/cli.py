@@ -177,7 +177,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evlog.report.command import ReportError, run
 
     try:
-        return run(args.run_dir, args.db, args.format, args.output, RUNS)
+        return run(args.run_dir, args.db, args.format, args.output, RUNS, args.run)
     except ReportError as e:
         raise CLIError(str(e)) from None
 
@@ -444,6 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stragglers, failures, workers, advice")
     rp.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder (default: the newest under ./evlog-runs)")
     rp.add_argument("--db", metavar="PATH", help="read an `evlog serve` database instead of a run folder")
+    rp.add_argument("--run", metavar="ID", help="with --db: the run (its evlog.run.id) to report on (default: the newest)")
     rp.add_argument("--format", choices=("text", "json", "html"), default="text", help="text (default), json or html")
     rp.add_argument("-o", "--output", metavar="FILE", help="write to FILE (required for html; default stdout)")
     rp.set_defaults(fn=cmd_report)

@@ -182,6 +182,34 @@ def test_report_from_an_evlog_serve_database_matches_the_folder(run, report, tmp
             == [r["key"] for r in computation(report, "get final-0")["critical_path"]])
 
 
+def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_named(run, report, tmp_path):
+    from synthetic_run import make_run
+
+    from evlog.viewer.runfolder import RunFolder
+    from evlog.viewer.store import Store
+
+    db = str(tmp_path / "runs.sqlite")
+    store = Store(db)
+    RunFolder(run["dir"]).load_into(store)
+    make_run(str(tmp_path / "other"), n_tasks=30)  # an older run, without evlog.run.id
+    RunFolder(str(tmp_path / "other")).load_into(store)
+    [newest, older] = [r["run"] for r in store.runs()]
+    store.close()
+    assert newest and older == ""
+    names = [c["name"] for c in report["computations"]]
+    p = evlog("report", "--db", db, "--format", "json")
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    assert [c["name"] for c in json.loads(p.stdout)["computations"]] == names  # the newest alone
+    assert f"holds 2 runs; this is the newest, {newest!r} (--run ID for another)" in p.stderr.decode()
+    p = evlog("report", "--db", db, "--run", "", "--format", "json")
+    got = json.loads(p.stdout)
+    assert p.returncode == 0 and got["computations"] and not set(c["name"] for c in got["computations"]) & set(names)
+    p = evlog("report", "--db", db, "--run", "nope")
+    assert p.returncode == 1 and f"no run 'nope' (evlog.run.id); it holds {newest!r}, ''" in p.stderr.decode()
+    p = evlog("report", run["dir"], "--run", newest)
+    assert p.returncode == 1 and "--run picks a run of an `evlog serve` database: give --db too" in p.stderr.decode()
+
+
 def test_a_missing_run_folder_is_one_clear_message(tmp_path):
     p = evlog("report", str(tmp_path / "nope"))
     assert p.returncode == 1

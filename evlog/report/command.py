@@ -41,8 +41,9 @@ def load_folder(path: str) -> tuple[list, list, str]:
     return spans, logs, rf.path
 
 
-def load_db(path: str) -> tuple[list, list, str]:
-    """(spans, logs, path) of an `evlog serve` database (see ``store_rows``)."""
+def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
+    """(spans, logs, source) of one run of an `evlog serve` database (see ``store_rows``): ``run`` (an
+    evlog.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
     from evlog.viewer.store import Store, StoreError
 
     try:
@@ -50,10 +51,19 @@ def load_db(path: str) -> tuple[list, list, str]:
     except StoreError as e:
         raise ReportError(str(e)) from None
     try:
-        spans, logs = store_rows(store)
+        runs = [r["run"] for r in store.runs()]
+        if run is not None and run not in runs:
+            known = ", ".join(repr(r) for r in runs[:10]) or "none"
+            raise ReportError(f"{store.path}: no run {run!r} (evlog.run.id); it holds {known}")
+        if run is None and len(runs) > 1:
+            run = runs[0]
+            sys.stderr.write(f"evlog report: {store.path} holds {len(runs)} runs; this is the newest, {run!r} "
+                             "(--run ID for another)\n")
+        scoped = store.scoped(run) if len(runs) > 1 else store
+        spans, logs = store_rows(scoped)
     finally:
         store.close()
-    return spans, logs, store.path
+    return spans, logs, store.path + (f" (run {run})" if run is not None and len(runs) > 1 else "")
 
 
 def store_rows(store) -> tuple[list, list]:
@@ -87,7 +97,8 @@ def store_rows(store) -> tuple[list, list]:
     return spans, logs
 
 
-def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs") -> dict:
+def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",
+                 run: str | None = None) -> dict:
     """The report dict of a run folder (default: the newest under ``runs``) or a database."""
     from evlog.viewer.runfolder import RunFolderError, newest_run
 
@@ -95,7 +106,7 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
     gc.disable()
     try:
         if db:
-            spans, logs, source = load_db(db)
+            spans, logs, source = load_db(db, run)
         else:
             try:
                 path = run_dir or newest_run(runs)
@@ -122,12 +133,15 @@ def render(report: dict, fmt: str) -> str:
     return render_text(report)
 
 
-def run(run_dir: str | None, db: str | None, fmt: str, output: str | None, runs: str = "evlog-runs") -> int:
+def run(run_dir: str | None, db: str | None, fmt: str, output: str | None, runs: str = "evlog-runs",
+        run_id: str | None = None) -> int:
     if run_dir and db:
         raise ReportError("give a run folder or --db, not both")
+    if run_id is not None and not db:
+        raise ReportError("--run picks a run of an `evlog serve` database: give --db too")
     if fmt == "html" and not output:
         raise ReportError("--format html writes a file: give -o report.html")
-    text = render(build_report(run_dir, db, runs), fmt)
+    text = render(build_report(run_dir, db, runs, run_id), fmt)
     if not output or output == "-":
         sys.stdout.write(text)
         return 0
