@@ -263,6 +263,11 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             os.write(2, f"evlog-instrument: {argv[0]}: {exc.strerror}\n".encode())
             os._exit(126)
 
+    if listener is not None:  # the host as the program starts: the exporter process's run start sample
+        from evlog.bootstrap import exporter
+
+        env["EVLOG_HOST_AT_START"] = exporter.host_reading()  # the launcher's env, the program has its own
+
     def forward(signum, _frame):
         try:
             os.kill(pid, signum)

@@ -8,6 +8,7 @@ not by evlog's own decoder (tests/receiver.py is evlog's receiver, for everythin
         ... run something under evlog-instrument ...
         spans = r.spans()   # [(ResourceSpans' resource attributes as a dict, Span message), ...]
         logs = r.logs()     # [(ResourceLogs' resource attributes as a dict, LogRecord message), ...]
+        metrics = r.metrics()  # [(ResourceMetrics' resource attributes as a dict, Metric message), ...]
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class PlainReceiver:
     def __init__(self, port: int = 0):
         self.requests: list = []  # ExportTraceServiceRequest messages, as received
         self.log_requests: list = []  # ExportLogsServiceRequest messages, as received
+        self.metric_requests: list = []  # ExportMetricsServiceRequest messages, as received
         self._cond = threading.Condition()
         receiver = self
 
@@ -58,6 +60,9 @@ class PlainReceiver:
 
         class Metrics(metrics_service_pb2_grpc.MetricsServiceServicer):
             def Export(self, request, context):
+                with receiver._cond:
+                    receiver.metric_requests.append(request)
+                    receiver._cond.notify_all()
                 return metrics_service_pb2.ExportMetricsServiceResponse()
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -83,6 +88,13 @@ class PlainReceiver:
             reqs = list(self.log_requests)
         return [(attrs(rl.resource.attributes), rec)
                 for req in reqs for rl in req.resource_logs for sl in rl.scope_logs for rec in sl.log_records]
+
+    def metrics(self) -> list:
+        """[(ResourceMetrics' resource attributes as a dict, Metric message), ...]"""
+        with self._cond:
+            reqs = list(self.metric_requests)
+        return [(attrs(rm.resource.attributes), m)
+                for req in reqs for rm in req.resource_metrics for sm in rm.scope_metrics for m in sm.metrics]
 
     def spans(self) -> list:
         with self._cond:

@@ -111,7 +111,7 @@ if __name__ == "__main__":
 '''
 
 
-def test_two_runs_on_one_serve_are_shown_one_at_a_time(tmp_path, browser):
+def test_two_runs_on_one_serve_are_shown_one_at_a_time_or_side_by_side(tmp_path, browser):
     from test_serve import Serve
 
     serve = Serve(str(tmp_path / "evlog.sqlite"))
@@ -136,6 +136,16 @@ def test_two_runs_on_one_serve_are_shown_one_at_a_time(tmp_path, browser):
         assert browser.js("EV.api('api/overview').then(o => o.summary.processes)") < \
             sum(r["processes"] for r in serve.get("api/overview")["runs"])
         browser.wait_js("document.querySelectorAll('#progress .progress-row').length === 2", what="its progress")
+        # side by side, when asked: the header's button shows the chosen run and the other one, a frame each
+        browser.js("document.getElementById('compare').click()")
+        browser.wait_js("document.querySelectorAll('.compare iframe').length === 2", what="two frames")
+        frame = "document.querySelectorAll('.compare iframe')[%d].contentWindow"
+        browser.wait_js(" && ".join(f"{frame % i}.EV && {frame % i}.EV.gantt && {frame % i}.EV.gantt.data" for i in (0, 1)),
+                        what="both runs drawn")
+        totals = browser.js(f"[{frame % 0}.EV.gantt.data.total, {frame % 1}.EV.gantt.data.total]")
+        assert totals == [23, 12], totals  # the run chosen first, then the other
+        assert browser.js(f"{frame % 1}.document.getElementById('compare').hidden")
+        assert browser.js(f"{frame % 0}.document.getElementById('run').selectedIndex") == 1
     finally:
         serve.stop()
     test_dashboard_gantt.no_exceptions(browser)

@@ -84,6 +84,22 @@ def test_bytes_held_steps_with_every_result_stored_and_released(view, browser):
     assert "Bytes held" in browser.js("document.querySelector('[data-plot=\"evlog.bytes.allocated\"]').textContent")
 
 
+def test_machine_plots_have_a_sample_at_the_runs_start_and_end(view, browser):
+    _open(browser, view)
+    plots = {p["name"]: p for p in browser.js("EV.api('api/plots')")}
+    bars = browser.js("EV.gantt.data.bars")
+    t0, t1 = browser.js("[EV.gantt.data.t0, EV.gantt.data.t1]")
+    for name in ("system.cpu.load_average.1m", "evlog.memory.free_fraction"):
+        p = plots[name]
+        [run] = [s for s in p["series"] if " exporter " in s["label"]]  # the exporter process's samples
+        xs = [x for x, v in zip(p["x"], run["values"]) if v is not None]
+        assert len(xs) == 2, xs
+        assert xs[0] < min(b[0] for b in bars) and xs[1] > max(b[1] for b in bars)  # before and after the tasks
+        assert (t0, t1) == pytest.approx((xs[0], xs[1]), abs=0.01)  # the Gantt covers the whole run
+    mem = plots["evlog.memory.free_fraction"]
+    assert all(0 < v <= 1 for s in mem["series"] for v in s["values"] if v is not None)
+
+
 def test_plots_share_the_gantts_time_range_and_zoom(view, browser):
     _open(browser, view)
     t0, t1 = browser.js("[EV.gantt.data.t0, EV.gantt.data.t1]")

@@ -80,6 +80,38 @@ def test_dask_task_spans_reach_a_plain_receiver_in_the_client_calls_trace(tmp_pa
         assert exc and "fail" in exc[0]["exception.stacktrace"]
 
 
+def test_held_bytes_and_the_runs_host_samples_reach_a_plain_receiver(tmp_path):
+    with PlainReceiver() as r:
+        proc, out = _run(tmp_path, r)
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        # dask.worker.memory: the 40 inc results (ints) stored, then released when the client let go
+        held = r.wait_for(lambda: [s for _res, s in r.spans() if s.name == "dask.worker.memory"]
+                          if len(_tasks(r, "inc")) >= 40 else None, timeout=60)
+        events = sorted((e.time_unix_nano, attrs(e.attributes)["dask.worker.nbytes"]) for s in held for e in s.events)
+        assert all(e.name == "dask.worker.memory" for s in held for e in s.events)
+        assert max(n for _t, n in events) >= 40 * 28 and events[-1][1] == 0  # sizeof(int) is 28
+        # the exporter process's host samples: one at the program's start, one after it ended
+        samples = r.wait_for(lambda: [(res, m) for res, m in r.metrics() if res.get("evlog.process.role") == "exporter"
+                                      and m.name == "system.cpu.load_average.1m"], timeout=30)
+        times = sorted(p.time_unix_nano for _res, m in samples for p in m.gauge.data_points)
+        assert len(times) == 2
+        tasks = [s for _res, s in r.spans() if s.name.startswith("dask.task ")]
+        assert times[0] < min(s.start_time_unix_nano for s in tasks) and times[1] > max(s.end_time_unix_nano for s in tasks)
+        res = samples[0][0]
+        assert res["service.name"] == "app" and "dask.role" not in res and res["process.pid"] != out["pid"]
+
+
+def test_the_launchers_host_reading_is_read_back_and_a_malformed_one_is_refused():
+    from evlog.bootstrap.exporter import host_reading
+    from evlog.exporters.host_samples import parse
+
+    t, values = parse(host_reading())
+    assert t > 0 and set(values) == {"loadavg", "mem"} and 0 < values["mem"] <= 1
+    assert parse("5,,0.5") == (5, {"mem": 0.5})  # a value that could not be read is left out
+    for bad in (None, "", "x,1,2", "1,2", "1,2,3,4", "1,load,0.5"):
+        assert parse(bad) is None  # then the exporter process reads the host itself
+
+
 POOL_APP = r'''
 import concurrent.futures as cf, json, os
 from opentelemetry import trace

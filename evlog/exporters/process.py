@@ -313,6 +313,7 @@ class Builder:
         self.kinds = _builders(self.logs)
         self.stop_at = None  # monotonic deadline once the process is closing
         self.input_done = False
+        self.host = None  # the host's run start and end samples (host_samples), from the first hello
         self.thread = threading.Thread(target=self._loop, name="evlog-build", daemon=True)
         self.thread.start()
 
@@ -384,8 +385,11 @@ class Builder:
 
             client.resource = Resource(hello.get("resource") or {})
             if self.pipeline.sinks is None:
+                from . import host_samples
+
                 self.pipeline.configure(hello.get("env") or {})
                 self.logs.configure(hello.get("env") or {})
+                self.host = host_samples.start(_settings(hello.get("env") or {}), hello.get("resource") or {})
         b = client.builders.get(kind)
         if b is None:
             make = self.kinds.get(kind.partition("#")[0])  # "<kind>#<source number>"
@@ -437,6 +441,7 @@ def main() -> None:
     from evlog import _report, stats
     from evlog.bootstrap import sdk
 
+    from . import host_samples
     from .backlog import Backlog
 
     sdk.route_sdk_logging()
@@ -516,6 +521,7 @@ def main() -> None:
             closing_at = now
         if closing_at is not None and (not conns or now - closing_at > LINGER):
             break
+    ended = host_samples.now()  # the host as the run ended, for the exporter's end sample (builder.host)
     for sock in list(conns):
         drop(sock)
     # What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
@@ -536,8 +542,12 @@ def main() -> None:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
     builder.tick(final=True)
+    if builder.host is not None:  # the host's sample at the run's end (read when the program had ended)
+        _bounded(lambda: builder.host.close(ended), min(1.0, max(0.1, (deadline - time.monotonic()) / 2)),
+                 "evlog-host-sample-end")
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
-        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, (deadline - time.monotonic()) / 2)))
+        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, (deadline - time.monotonic()) / 2)),
+                 "evlog-span-processors-end")
     _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
@@ -556,10 +566,11 @@ def _finish(pipelines, timeout_s: float) -> None:
         t.join(timeout_s + 0.5)
 
 
-def _bounded(fn, timeout_s: float) -> None:
+def _bounded(fn, timeout_s: float, name: str) -> None:
+    """``fn()`` in a thread of its own, waited for ``timeout_s`` at most (os._exit ends it after)."""
     import threading
 
-    t = threading.Thread(target=fn, name="evlog-span-processors-end", daemon=True)
+    t = threading.Thread(target=fn, name=name, daemon=True)
     t.start()
     t.join(timeout_s)
 

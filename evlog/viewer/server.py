@@ -221,8 +221,9 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
             lanes.append({"worker": w, "thread": thread, "sub": i})
         placed.extend((base + s, r) for s, r in zip(sub, g))
     total = len(placed)
-    lo = min((r[1] for _, r in placed), default=0)
-    hi = max((r[2] for _, r in placed), default=0)
+    run0, run1 = store.run_bounds()  # the run's start and end samples: the range covers the whole run
+    lo = min([r[1] for _, r in placed] + ([run0] if run0 is not None else []), default=0)
+    hi = max([r[2] for _, r in placed] + ([run1] if run1 is not None else []), default=0)
     if ns0 is not None:
         lo = ns0
     if ns1 is not None:

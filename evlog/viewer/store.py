@@ -423,7 +423,7 @@ class Store:
             r = resource
             worker = r.get("dask.worker.address") or ""
             service = str(r.get("service.name") or "")
-            role = str(r.get("dask.role") or "")
+            role = str(r.get("dask.role") or r.get("evlog.process.role") or "")
             host = str(r.get("host.name") or "")
             ppid = r.get("process.pid")
             label = str(worker) or " ".join(x for x in (service, role if role and role not in service else "",
@@ -756,6 +756,12 @@ class Store:
 
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
+
+    def run_bounds(self) -> tuple[int | None, int | None]:
+        """The times of the run's start and end samples (points of the exporter process,
+        ``evlog.process.role=exporter``; evlog/exporters/host_samples.py), or (None, None)."""
+        return tuple(self._q("SELECT min(time), max(time) FROM points WHERE process IN "
+                             "(SELECT id FROM processes WHERE role = 'exporter')")[0])
 
     def held_bytes(self, worker: str | None = None) -> dict[str, list[tuple[int, int]]]:
         """worker -> (time ns, bytes held) at each change: the events of the ``dask.worker.memory`` spans

@@ -50,6 +50,7 @@
   function refreshRuns(ov) {
     var sel = $("run"), runs = ov.runs || [];
     $("run-label").hidden = runs.length <= 1;
+    $("compare").hidden = runs.length <= 1 || window.self !== window.top;  // not in a frame of the side-by-side page
     var sig = runs.map(function (r) { return r.run + "/" + r.processes; }).join("|");
     if (sel.getAttribute("data-sig") === sig) { sel.value = ov.run === null || ov.run === undefined ? "" : ov.run; return; }
     sel.setAttribute("data-sig", sig);
@@ -241,7 +242,34 @@
     });
   }
 
+  /** Runs side by side (?compare=run1,run2,...): one dashboard per run, each in a frame of the page
+      with its own run selector; ?run=ID opens the dashboard on that run. */
+  function sideBySide(runs) {
+    document.body.innerHTML = "";
+    document.body.setAttribute("data-compare", String(runs.length));
+    document.body.appendChild(EV.el("header", {}, [EV.el("h1", {}, "evlog"),
+      EV.el("span", { "class": "muted" }, runs.length + " runs side by side; each has its own run selector"),
+      EV.el("span", { "class": "spacer" }), EV.el("a", { href: location.pathname }, "one run")]));
+    var grid = EV.el("div", { "class": "compare", style: "grid-template-columns: repeat(" + runs.length + ", 1fr)" });
+    runs.forEach(function (r) {
+      grid.appendChild(EV.el("iframe", { src: location.pathname + "?run=" + encodeURIComponent(r), title: "run " + r }));
+    });
+    document.body.appendChild(grid);
+  }
+  $("compare").addEventListener("click", function () {
+    var sel = $("run"), shown = sel.value;
+    var other = Array.prototype.map.call(sel.options, function (o) { return o.value; })
+      .filter(function (v) { return v !== shown; })[0];
+    location.search = "?compare=" + [shown, other].map(encodeURIComponent).join(",");
+  });
+
   var m = /token=([^&]+)/.exec(location.hash);
-  if (m) { EV.token = decodeURIComponent(m[1]); sessionStorage.setItem("evlog-token", EV.token); history.replaceState(null, "", location.pathname); }
+  if (m) { EV.token = decodeURIComponent(m[1]); sessionStorage.setItem("evlog-token", EV.token); history.replaceState(null, "", location.pathname + location.search); }
+  var params = new URLSearchParams(location.search);
+  if (params.has("compare")) {
+    sideBySide(params.get("compare").split(",").slice(0, 4));
+    return;
+  }
+  if (params.has("run")) EV.run = params.get("run");
   start();
 })();

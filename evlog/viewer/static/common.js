@@ -54,6 +54,9 @@ EV.clock = function (secs, withDate) {
 };
 
 /** A time axis tick: offsets from the start for a run under 2 s, else the clock (ms under 2 min). */
+/** How many parts a time axis of ``px`` pixels is cut into: a label (up to 12 characters) every 110 px, 2 to 6. */
+EV.tickCount = function (px) { return Math.max(2, Math.min(6, Math.floor(px / 110))); };
+
 EV.tick = function (secs, t0, span) {
   return span < 2 ? "+" + EV.duration(secs - t0) : EV.clock(secs).slice(0, span < 120 ? 12 : 8);
 };

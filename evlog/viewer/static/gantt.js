@@ -204,13 +204,13 @@
     var y0 = n * lh + 2;
     g.strokeStyle = "#c5cad3"; g.lineWidth = 1;
     g.beginPath(); g.moveTo(GUTTER, y0); g.lineTo(this.width - 8, y0); g.stroke();
-    var ticks = 6, span = d.t1 - d.t0;
+    var ticks = EV.tickCount(this.width - GUTTER), span = d.t1 - d.t0;
     g.fillStyle = "#6b7385";
     for (var t = 0; t <= ticks; t++) {
       var ts = d.t0 + span * t / ticks, x = this._x(ts);
       g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y0 + 4); g.stroke();
-      var txt = EV.tick(ts, d.t0, span);
-      g.fillText(txt, Math.min(x - 10, this.width - 70), y0 + 15);
+      var txt = EV.tick(ts, d.t0, span), tw = g.measureText(txt).width;
+      g.fillText(txt, Math.max(GUTTER - tw / 2, Math.min(x - tw / 2, this.width - tw - 2)), y0 + 15);
     }
     if (this.drag) {
       g.fillStyle = "rgba(91,141,239,.18)";

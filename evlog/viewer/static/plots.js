@@ -32,9 +32,9 @@
     return {
       scales: { x: { time: false, range: function (u, min, max) { return EV.timeRange ? EV.timeRange.slice() : [min, max]; } } },
       axes: [
-        { splits: function (u, i, min, max) {  // the Gantt's ticks: the range in six
-          var out = [];
-          for (var k = 0; k <= 6; k++) out.push(min + (max - min) * k / 6);
+        { splits: function (u, i, min, max) {  // the Gantt's ticks: the range in equal parts, as many as fit
+          var out = [], n = EV.tickCount(u.width - 64);
+          for (var k = 0; k <= n; k++) out.push(min + (max - min) * k / n);
           return out;
         }, values: function (u, splits) {
           var sc = u.scales.x, span = sc.max - sc.min;
@@ -105,9 +105,12 @@
         if (p.max) t.scales.y = { range: [0, p.max] };
         return {
           width: w, height: HEIGHT, scales: t.scales, axes: t.axes, cursor: t.cursor, hooks: t.hooks,
-          padding: [8, 36, 0, 0],  // room for the last tick's label
+          padding: [8, 44, 0, 0],  // room for the last tick's label (12 characters, centred)
           series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(p.series.map(function (s) {
-            var o = { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: true, points: { show: false },
+            // a series of a few samples (the exporter's at the run's start and end) shows them as dots, not a line
+            var sparse = s.values.filter(function (v) { return v !== null && v !== undefined; }).length <= 3;
+            var o = { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: !sparse,
+              points: sparse ? { show: true, size: 7 } : { show: false },
               value: function (u, v) { return v === null || v === undefined ? "-" : EV.short(v, p.unit); } };
             if (p.steps && stepped) o.paths = stepped;
             return o;
