@@ -123,7 +123,9 @@ def click_bar(browser, where: str) -> None:
     """Click the middle of the first Gantt bar for which the JS expression ``where`` (of b) holds."""
     i = browser.js(f"EV.gantt.data.bars.findIndex(b => {where})")
     assert i >= 0, where
-    c = browser.js(f"document.getElementById('gantt').scrollIntoView({{block: 'center'}}); EV.gantt.barCenter({i})")
+    # after the scroll, two frames drawn: a mouse event sent at once can be hit-tested at the old position
+    c = browser.js(f"document.getElementById('gantt').scrollIntoView({{block: 'center'}}); new Promise(ok => "
+                   f"requestAnimationFrame(() => requestAnimationFrame(() => ok(EV.gantt.barCenter({i})))))")
     browser.click(c["x"], c["y"])
 
 
@@ -275,8 +277,9 @@ def test_dag_labels_show_prefix_and_short_key_and_a_tasks_edges_on_hover(report_
     # the final task's 31 dependencies (chain-3 and the 30 short tasks): drawn in full while the pointer is on it
     assert browser.js("document.querySelectorAll('#dag .edge.hot').length") == 0
     c = browser.js("(() => { const e = document.querySelector('#dag .node[data-key=\"final-0\"] rect'); "
-                   "e.scrollIntoView({block: 'center', inline: 'center'}); const r = e.getBoundingClientRect(); "
-                   "return {x: r.left + r.width / 2, y: r.top + r.height / 2}; })()")
+                   "e.scrollIntoView({block: 'center', inline: 'center'}); return new Promise(ok => "
+                   "requestAnimationFrame(() => requestAnimationFrame(() => { const r = e.getBoundingClientRect(); "
+                   "ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=c["x"], y=c["y"])
     assert browser.wait_js("document.querySelectorAll('#dag .edge.hot').length") == 31
     browser.screenshot(str(tmp_path / "dashboard-report.png"))
