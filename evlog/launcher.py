@@ -264,9 +264,9 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             os._exit(126)
 
     if listener is not None:  # the host as the program starts: the exporter process's run start sample
-        from evlog.bootstrap import exporter
+        from evlog.exporters import host_samples
 
-        env["EVLOG_HOST_AT_START"] = exporter.host_reading()  # the launcher's env, the program has its own
+        env[host_samples.START_ENV] = host_samples.encode(host_samples.now())  # the launcher's env only
 
     def forward(signum, _frame):
         try:

@@ -294,13 +294,18 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
     assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
 
 
+def element_center(browser, selector: str) -> dict:
+    """{x, y} of the element's middle, once scrolled into view and two frames drawn: a mouse event sent
+    right after a scroll can be hit-tested against the old scroll position and get lost."""
+    return browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                      "e.scrollIntoView({block: 'center', inline: 'center'}); "
+                      "return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => {"
+                      "const r = e.getBoundingClientRect(); ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
+
+
 def click_element(browser, selector: str) -> None:
-    """A real click in the middle of the element, once scrolled into view and two frames drawn: a mouse
-    event sent right after a scroll can be hit-tested against the old scroll position and get lost."""
-    c = browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
-                   "e.scrollIntoView({block: 'center'}); "
-                   "return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => {"
-                   "const r = e.getBoundingClientRect(); ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
+    """A real click in the middle of the element (see element_center)."""
+    c = element_center(browser, selector)
     browser.click(c["x"], c["y"])
 
 

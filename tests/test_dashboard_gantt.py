@@ -276,10 +276,7 @@ def test_dag_labels_show_prefix_and_short_key_and_a_tasks_edges_on_hover(report_
     assert browser.js("EV.shortKey('inc-0123456789abcdef0123456789abcdef', 'inc')") == "…abcdef"
     # the final task's 31 dependencies (chain-3 and the 30 short tasks): drawn in full while the pointer is on it
     assert browser.js("document.querySelectorAll('#dag .edge.hot').length") == 0
-    c = browser.js("(() => { const e = document.querySelector('#dag .node[data-key=\"final-0\"] rect'); "
-                   "e.scrollIntoView({block: 'center', inline: 'center'}); return new Promise(ok => "
-                   "requestAnimationFrame(() => requestAnimationFrame(() => { const r = e.getBoundingClientRect(); "
-                   "ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
+    c = test_dashboard_browser.element_center(browser, '#dag .node[data-key="final-0"] rect')
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=c["x"], y=c["y"])
     assert browser.wait_js("document.querySelectorAll('#dag .edge.hot').length") == 31
     browser.screenshot(str(tmp_path / "dashboard-report.png"))

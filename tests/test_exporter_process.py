@@ -102,12 +102,12 @@ def test_held_bytes_and_the_runs_host_samples_reach_a_plain_receiver(tmp_path):
 
 
 def test_the_launchers_host_reading_is_read_back_and_a_malformed_one_is_refused():
-    from evlog.bootstrap.exporter import host_reading
-    from evlog.exporters.host_samples import parse
+    from evlog.exporters.host_samples import encode, now, parse
 
-    t, values = parse(host_reading())
+    t, values = parse(encode(now()))
     assert t > 0 and set(values) == {"loadavg", "mem"} and 0 < values["mem"] <= 1
     assert parse("5,,0.5") == (5, {"mem": 0.5})  # a value that could not be read is left out
+    assert parse(encode((5, {"loadavg": float("nan"), "mem": 0.5}))) == (5, {"mem": 0.5})
     for bad in (None, "", "x,1,2", "1,2", "1,2,3,4", "1,load,0.5"):
         assert parse(bad) is None  # then the exporter process reads the host itself
 

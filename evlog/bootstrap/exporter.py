@@ -49,27 +49,6 @@ def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
     return w, pid
 
 
-def host_reading() -> str:
-    """The host's 1-minute load average and available memory fraction now, for the exporter process's
-    run start sample (evlog/exporters/host_samples.py): ``time ns,load,fraction``, a value left empty if
-    it cannot be read (not Linux). A few tens of microseconds: two small reads."""
-    import time
-
-    t = time.time_ns()
-    load = mem = ""
-    try:
-        load = repr(os.getloadavg()[0])
-    except (OSError, AttributeError):
-        pass
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            fields = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        mem = repr(int(fields[b"MemAvailable"].split()[0]) / int(fields[b"MemTotal"].split()[0]))
-    except (OSError, KeyError, ValueError, ZeroDivisionError, IndexError):
-        pass
-    return f"{t},{load},{mem}"
-
-
 def start(env: dict) -> tuple[str, int, int]:
     """``listen`` and ``spawn`` at once: address, control pipe, pid (a process without the launcher)."""
     addr, listener = listen(env)

@@ -2,8 +2,8 @@
 
 Each observed process reads these gauges (evlog/processors/gauges.py) at each metric export, the first
 one an export interval after it starts, so a short run's first tasks had no sample. evlog-instrument
-reads the host as it starts the program (evlog.bootstrap.exporter.host_reading, handed to the exporter
-process in EVLOG_HOST_AT_START); the exporter process sends that reading, and its own when the run has
+reads the host as it starts the program (``now``, handed to the exporter process in
+EVLOG_HOST_AT_START); the exporter process sends that reading, and its own when the run has
 ended, as points of the same gauges (names and units of the consumers' gauges, for the consumers
 EVLOG_CONSUMERS names), at the times they were read, to the run's metric exporters. Without the launcher
 the start sample is the exporter process's own, taken when the run's first record reaches it.
@@ -20,6 +20,12 @@ import os
 NAMES = ("loadavg", "mem")  # consumer names of evlog.processors.gauges.METRICS
 START_ENV = "EVLOG_HOST_AT_START"
 _OF_ONE_PROCESS = ("process.", "dask.", "torch.", "service.instance.")  # not carried over from the first process
+
+
+def encode(reading: tuple[int, dict]) -> str:
+    """A reading (``now()``) as EVLOG_HOST_AT_START carries it; a value that could not be read is empty."""
+    t, values = reading
+    return ",".join([str(t)] + ["" if math.isnan(values[n]) else repr(values[n]) for n in NAMES])
 
 
 def parse(raw: str | None) -> tuple[int, dict] | None:
