@@ -10,8 +10,9 @@ The exporter process's address is EVLOG_EXPORTER (an abstract Unix socket name),
 which starts it. A process set up without the launcher (``evlog.configure()``, plain
 ``opentelemetry-instrument``) starts its own on first use and publishes the address to its children.
 
-At exit (``lifecycle.before_flush``) everything recorded is shipped at once: a local write, so closing
-does not wait for any collector. A process killed with SIGKILL loses at most its last INTERVAL.
+At exit (``lifecycle.after_flush``, once the SDK's providers have handed over what they hold) everything
+recorded is shipped at once: a local write, so closing does not wait for any collector. A process killed
+with SIGKILL loses at most its last INTERVAL.
 """
 from __future__ import annotations
 
@@ -104,7 +105,11 @@ class Channel:
             self._wake.clear()
             if self._pid != os.getpid():
                 return
-            n = self.ship()
+            try:
+                n = self.ship()
+            except Exception as exc:  # never let the shipping thread die: later records still go
+                _report.warn_once("records-ship", f"a shipment of records failed: {exc!r}")
+                n = 0
 
     def ship(self) -> int:
         """Send everything recorded so far; the number of records sent (or dropped)."""
@@ -152,7 +157,11 @@ class Channel:
             return
         head = self._hello()
         for kind, meta, items in frames:
-            data = marshal.dumps((head, kind, meta, items))
+            try:
+                data = marshal.dumps((head, kind, meta, items))
+            except ValueError:  # a value marshal cannot carry (a converter let one through): drop that record
+                items = _marshallable(kind, items)
+                data = marshal.dumps((head, kind, meta, items))
             self._unsent.append([_HEADER.pack(len(data), len(items)) + data, len(items), 0, head is not None])
             self._unsent_bytes += len(data) + _HEADER.size
             head = None
@@ -246,6 +255,21 @@ class Channel:
                 pass
 
 
+def _marshallable(kind: str, items: list) -> list:
+    """The records of ``items`` that marshal can carry; the others are dropped, counted and named once."""
+    keep = []
+    for item in items:
+        try:
+            marshal.dumps(item)
+        except ValueError as exc:
+            stats.incr("dropped.unmarshallable")
+            _report.warn_once(f"records-marshal-{kind}", f"a record of {kind} holds a value that cannot be sent "
+                              f"({exc}); such records are dropped and counted")
+        else:
+            keep.append(item)
+    return keep
+
+
 _own: list = []  # (starter's pid, control pipe, exporter's pid) of an exporter process started here
 
 
@@ -318,7 +342,7 @@ def _hook_exit() -> None:
     _exit_hooked = True
     from evlog.bootstrap import lifecycle
 
-    lifecycle.before_flush(_at_exit)
+    lifecycle.after_flush(_at_exit)  # after the providers' last flush: what they made goes too
 
 
 def _at_exit() -> None:

@@ -56,6 +56,10 @@ def prepare(settings, environ, service: str):
 
     for p in settings.problems:
         _report.warn_once(f"config-{p}", p)
+    from evlog.exporters import select
+
+    for p in select.unknown_exporters(settings):  # the run's exporter process, which builds them, is quiet then
+        _report.warn_once(f"config-{p}", p)
     environ["EVLOG_CONFIG_REPORTED"] = "1"
     environ["EVLOG_PREPARED"] = "1"
     if settings.exporters.run_folder and not settings.sdk_disabled:

@@ -229,5 +229,5 @@ def test_https_to_a_plain_port_gets_one_full_message_and_no_raw_grpc_lines(otlp_
     (failed,) = [l for l in lines if l.startswith("evlog: exporting failed (")]
     assert "WRONG_VERSION_NUMBER" in failed
     assert failed.endswith("); the endpoint is https:// but the collector's port does not speak TLS: use http:// "
-                           "for a plain port; retries are bounded, what cannot be sent is dropped and counted"), failed
+                           "for a plain port; failed batches are retried, what cannot be sent by the end of the run is dropped and counted"), failed
     assert _summary(proc.stderr).endswith("; 1 dropped (could not be exported)")

@@ -1,4 +1,6 @@
-"""The run folder and exporter selection: all three signals, whole lines under concurrency, console."""
+"""The run folder and exporter selection: all three signals, whole lines under concurrency, console.
+
+Seven processes' spans all reach the run's exporter process, whose export requests (several) are whole lines."""
 from __future__ import annotations
 
 import json
@@ -50,7 +52,7 @@ def test_concurrent_processes_never_tear_or_interleave_lines(tmp_path):
             json.loads(line)  # a torn or interleaved line would not parse
             lines += 1
     spans = read_run_folder(str(tmp_path))["spans"]
-    assert lines >= 7 and len([s for s in spans if s["name"] == "burst"]) == 7 * 300
+    assert lines >= 2 and len([s for s in spans if s["name"] == "burst"]) == 7 * 300
     assert {s["attributes"]["who"] for s in spans if s["name"] == "burst"} == set(range(-1, 6))
 
 

@@ -57,9 +57,6 @@ def test_collector_that_fails_then_recovers_gets_what_is_made_after(otlp_receive
     with tracer.start_as_current_span("while-failing"): pass
     sys.stdin.readline()          # the test lets us go once the collector answered again
     with tracer.start_as_current_span("after-recovery"): pass
-    trace.get_tracer_provider().force_flush()
-    from evlog.exporters import select
-    print("failing now:", select.any_failed(), flush=True)  # exit gives a collector back its full wait
     """
     env = evlog_env(otlp_receiver.env(protocol), EVLOG_CONSUMERS="none")
     proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)], env=env,
@@ -72,11 +69,11 @@ def test_collector_that_fails_then_recovers_gets_what_is_made_after(otlp_receive
     finally:
         proc.kill()
     otlp_receiver.wait_for(lambda: any(s["name"] == "after-recovery" for s in otlp_receiver.spans()), timeout=60)
-    assert proc.returncode == 0 and b"failing now: False" in out, out
+    assert proc.returncode == 0, out
     assert otlp_receiver.stats()["requests"], "the failures were real requests"
 
 
-def test_a_stalled_collector_never_blocks_the_program():
+def test_a_stalled_collector_never_blocks_the_program_and_loses_nothing():
     release = threading.Event()
     got = []
 
@@ -107,7 +104,9 @@ def test_a_stalled_collector_never_blocks_the_program():
             release.set()
             proc.kill()
         assert proc.returncode == 0 and b"Traceback" not in err, err
-        assert b"dropped" in err, "a full queue drops and counts, it does not wait"
+        # held, not dropped, while it stalled (at least once: an export that timed out may be sent again)
+        assert len([row for row in got if row.get("name") == "busy"]) >= 50_000
+        assert b"dropped" not in err, err
     finally:
         r.stop()
 

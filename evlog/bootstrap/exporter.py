@@ -37,9 +37,11 @@ def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
     child_env.pop("EVLOG_OWNER_PID", None)
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)
+        # its stdout is the program's original one only for a console exporter (OTEL_*_EXPORTER=console)
+        out = [] if _console(child_env) else [(os.POSIX_SPAWN_DUP2, devnull, 1)]
         try:
             pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "evlog.exporters.process"], child_env,
-                                 file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1),
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0), *out,
                                                (os.POSIX_SPAWN_DUP2, listener.fileno(), LISTEN_FD),
                                                (os.POSIX_SPAWN_DUP2, r, CONTROL_FD)])
         finally:
@@ -47,6 +49,11 @@ def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
     finally:
         os.close(r)
     return w, pid
+
+
+def _console(env: dict) -> bool:
+    """Does a signal go to the console exporter (which prints on stdout)?"""
+    return any("console" in (env.get(f"OTEL_{s}_EXPORTER") or "").lower() for s in ("TRACES", "METRICS", "LOGS"))
 
 
 def start(env: dict) -> tuple[str, int, int]:

@@ -6,8 +6,11 @@
 - os._exit skips atexit: forked children (multiprocessing fork/forkserver, process pools, bare
   os.fork) leave by it, and so may any program or spawn child; in every process os._exit flushes
   first, then exits with the code it was given.
-The flush runs in a helper thread joined with a deadline, so a dead collector or a stuck exporter
-costs at most EXIT_TIMEOUT seconds (1 s once an export has already failed).
+At exit, what is buffered is pushed out (``before_flush`` hooks), the providers are flushed (a last
+metric collection; the user's own span processors), and then this process's records go to the run's
+exporter process (``after_flush`` hooks: a local write). Nothing here waits for a collector: only the
+run's exporter process talks to one. The flush runs in a helper thread joined with a deadline, so a
+user's own processor that hangs costs at most EXIT_TIMEOUT seconds.
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ import time
 from evlog import _report, stats
 
 EXIT_TIMEOUT = float(os.environ.get("EVLOG_EXIT_TIMEOUT", "5") or 5)
-FAILING_WAIT = 1.0  # how long exit still waits once an export has failed
 _before_flush: list = []
+_after_flush: list = []
 _done_pid = -1  # the pid whose finish() has started (a forked child starts afresh)
 _finished = False
 _term_pending = False  # SIGTERM arrived while finish() was running: die by it once flushed
@@ -39,6 +42,11 @@ def exit_by(deadline: float) -> None:
 def before_flush(fn) -> None:
     """Run ``fn()`` at exit before the providers flush (push out anything buffered)."""
     _before_flush.append(fn)
+
+
+def after_flush(fn) -> None:
+    """Run ``fn()`` at exit after the providers flushed (hand what they made to the exporter process)."""
+    _after_flush.append(fn)
 
 
 def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
@@ -61,14 +69,7 @@ def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
 
     t = threading.Thread(target=run, name="evlog-flush", daemon=True)
     t.start()
-    from evlog.exporters import select
-
-    cut = False
-    while t.is_alive() and time.monotonic() < deadline:
-        t.join(0.05)
-        if not cut and select.any_failed():  # the collector is failing: do not wait the full time for it
-            deadline = min(deadline, time.monotonic() + FAILING_WAIT)
-            cut = True
+    t.join(max(0.0, deadline - time.monotonic()))
     return not t.is_alive() and all(results)
 
 
@@ -81,40 +82,27 @@ def finish() -> None:
         _done_pid = os.getpid()
         _finished = False
     try:
-        for fn in list(_before_flush):
-            try:
-                fn()
-            except Exception as exc:
-                _report.warn_once(f"before-flush-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
-        from evlog.exporters import select
-
-        timeout = FAILING_WAIT if select.any_failed() else EXIT_TIMEOUT
+        _run_hooks(_before_flush, "before-flush")
         start = time.monotonic()
-        timeout = max(0.05, min(timeout, _exit_by[0] - start))
-        flushed = flush(timeout)
-        if not flushed:
-            # exports still under way are given up: their metric points are counted here, their spans and
-            # log records with the rest of what was never sent (sdk.unsent, after the shutdown)
-            stats.incr("dropped.at_exit", select.abandon().get("metrics", 0))
-            if not select.any_failed():  # a failing exporter was reported already
-                _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit; the rest is dropped")
-        left = timeout - (time.monotonic() - start)
-        # once an export has failed there is nothing to wait for: a failing exporter's shutdown only
-        # stops its retries (flush() cut its own wait short for the same reason)
-        _shutdown(0.2 if select.any_failed() else max(0.2, min(left, _exit_by[0] - time.monotonic())))
-        from . import sdk
-
-        unsent = sdk.unsent()  # counted, not read from the SDK's queues: dropped by a full queue or left at exit
-        if unsent:
-            stats.incr("dropped.unsent", unsent)
-            if flushed and not select.any_failed():  # with a failing collector, its message already says why
-                _report.warn_once("queue-full", f"{unsent:,} items dropped because export was slower than the "
-                                  "program (queue full)")
+        timeout = max(0.05, min(EXIT_TIMEOUT, _exit_by[0] - start))
+        if not flush(timeout):
+            _report.warn_once("exit-timeout", f"telemetry not fully flushed within {timeout:g}s at exit (a span "
+                              "processor or metric reader of the program's did not finish); the rest is dropped")
+        _shutdown(max(0.2, min(timeout - (time.monotonic() - start), _exit_by[0] - time.monotonic())))
+        _run_hooks(_after_flush, "after-flush")
         stats.write_process_line()
     finally:
         _finished = True
         if _term_pending:
             _die_by_sigterm()
+
+
+def _run_hooks(hooks: list, name: str) -> None:
+    for fn in list(hooks):
+        try:
+            fn()
+        except Exception as exc:
+            _report.warn_once(f"{name}-{getattr(fn, '__name__', fn)}", f"an exit hook failed: {exc}")
 
 
 def _shutdown(timeout_s: float) -> None:

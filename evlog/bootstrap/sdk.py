@@ -2,18 +2,20 @@
 
 Each provider is built when it is first used, not at start-up: every child process pays its start-up,
 and a process that never makes a span, an event or a metric point never imports that part of the
-SDK (nor its exporters). What stands in as the global until then is a ``Lazy*Provider`` of this module:
-it is set as the OTel global as soon as the OTel API module of its signal is imported (a post-import
-hook), and it builds the real SDK provider, with its processors or readers and exporters, on the first
-call that needs it (get_tracer, get_logger, get_meter, or any other attribute of the SDK provider).
-``when_built`` runs set-up that belongs with a provider (evlog's consumers, console marks) then.
+SDK. What stands in as the global until then is a ``Lazy*Provider`` of this module: it is set as the
+OTel global as soon as the OTel API module of its signal is imported (a post-import hook), and it builds
+the real SDK provider on the first call that needs it (get_tracer, get_logger, get_meter, or any other
+attribute of the SDK provider). ``when_built`` runs set-up that belongs with a provider (evlog's
+consumers, console marks) then.
 
-The user's OTEL_* values always win: the sampler, OTEL_BSP_*/OTEL_BLRP_* and OTEL_METRIC_EXPORT_* are
-validated in evlog.config (SDK_NUMBERS) and passed to the SDK from the settings (a bad value falls back
-to the default with one message, never failing the signal's set-up), exporters read their own
-variables, and evlog's defaults (a larger span queue, a 1 s batch delay, a 5 s metric interval) apply
-only where the variable is unset. Resource attributes from
-OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME override evlog's.
+The providers export nothing themselves: a span processor, a log record processor and a metric exporter
+on the SDK's periodic reader hand what they get to the run's exporter process as records
+(evlog/bootstrap/sdk_records.py), and that process exports it with the run's exporters. A signal whose
+exporters are all ``none`` gets none of them. The user's OTEL_* values always win: the sampler and
+OTEL_METRIC_EXPORT_* are validated in evlog.config (SDK_NUMBERS) and passed to the SDK from the
+settings (a bad value falls back to the default with one message), span and log limits are the SDK's
+own (OTEL_SPAN_*/OTEL_LOGRECORD_*), and evlog's default metric interval (1 s) applies only where the
+variable is unset. Resource attributes from OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME override evlog's.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ import sys
 import threading
 
 from evlog import _report, stats
-from evlog.exporters import select
 
 from . import forkguard
 
@@ -103,60 +104,27 @@ def build_resource():
     return export_resource()
 
 
-def _counting(cls, hook: str, signal: str):
-    """A batch processor that counts what it is given to export (``<signal>.submitted``): what is neither
-    exported nor failed at the end was dropped by its full queue or left at exit (``unsent``)."""
+def _build_traces(resource, settings):
+    """A TracerProvider with the run's sampler, whose finished spans become records."""
+    from opentelemetry.sdk.trace import TracerProvider
 
-    base = getattr(cls, hook)  # bound once: super() and a lookup per item cost more than the count
-    name = f"{signal}.submitted"
-    counters = stats.counters
-    if signal == "traces":
-        def _hook(self, item, *rest):
-            if item.context.trace_flags.sampled:  # the batch processor takes sampled spans only
-                counters[name] = counters.get(name, 0) + 1
-            return base(self, item, *rest)
-    else:
-        def _hook(self, item, *rest):
-            counters[name] = counters.get(name, 0) + 1
-            return base(self, item, *rest)
+    from .sdk_records import SpanRecords
 
-    Counting = type(f"Counting{cls.__name__}", (cls,), {hook: _hook})
-    return Counting
+    provider = TracerProvider(resource=resource, sampler=sampler(settings.sampler), shutdown_on_exit=False)
+    if settings.exporters.traces:
+        provider.add_span_processor(SpanRecords())
+    return provider
 
 
-def unsent() -> int:
-    """Spans and log records given to this process's batch processors and neither exported nor failed
-    (a full queue dropped them, or they were still queued): from the counts, not the queues."""
-    c = stats.counters
-    return sum(max(0, c.get(f"{s}.submitted", 0) - c.get(f"{s}.exported", 0) - c.get(f"{s}.failed", 0))
-               for s in ("traces", "logs"))
+def _build_logs(resource, settings):
+    """A LoggerProvider whose log records become records."""
+    from opentelemetry.sdk._logs import LoggerProvider
 
+    from .sdk_records import LogRecords
 
-# signal -> provider class, its method that adds a processor, batch processor class, the processor's
-# per-item method, managed exporter, variable prefix of the queue settings
-_BATCHED = {
-    "traces": ("opentelemetry.sdk.trace:TracerProvider", "add_span_processor",
-               "opentelemetry.sdk.trace.export:BatchSpanProcessor", "on_end", "managed_span_exporter", "OTEL_BSP"),
-    "logs": ("opentelemetry.sdk._logs:LoggerProvider", "add_log_record_processor",
-             "opentelemetry.sdk._logs.export:BatchLogRecordProcessor", "on_emit", "managed_log_exporter", "OTEL_BLRP"),
-}
-
-
-def _build_batched(signal: str, makers, resource, settings):
-    """A TracerProvider or LoggerProvider with one counting batch processor per exporter."""
-    provider_cls, add, batch_cls, hook, managed, env = _BATCHED[signal]
-    processor = _counting(_load(batch_cls), hook, signal)
-    extra = {"sampler": sampler(settings.sampler)} if signal == "traces" else {}
-    provider = _load(provider_cls)(resource=resource, shutdown_on_exit=False, **extra)
-    n = settings.sdk_numbers
-    for make in makers:
-        getattr(provider, add)(processor(
-            getattr(select, managed)(make, export_resource),
-            max_queue_size=n[f"{env}_MAX_QUEUE_SIZE"],
-            schedule_delay_millis=n[f"{env}_SCHEDULE_DELAY"],
-            max_export_batch_size=n[f"{env}_MAX_EXPORT_BATCH_SIZE"],
-            export_timeout_millis=n[f"{env}_EXPORT_TIMEOUT"],
-        ))
+    provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    if settings.exporters.logs:
+        provider.add_log_record_processor(LogRecords())
     return provider
 
 
@@ -179,17 +147,24 @@ def _load(name: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def _build_metrics(makers, resource, settings):
+def _build_metrics(resource, settings):
+    """A MeterProvider whose periodic reader's collections become records, aggregated as the run's OTLP
+    exporter prefers (OTEL_EXPORTER_OTLP_METRICS_*), if one is configured."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    n = settings.sdk_numbers
-    readers = [
-        PeriodicExportingMetricReader(
-            select.managed_metric_exporter(make, export_resource), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
-            export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"])
-        for make in makers
-    ]
+    from evlog.exporters.select import metric_preferences
+
+    from .sdk_records import MetricRecords
+
+    readers = []
+    kinds = settings.exporters.metrics
+    if kinds:
+        n = settings.sdk_numbers
+        prefs = metric_preferences() if "otlp" in kinds else {}
+        readers.append(PeriodicExportingMetricReader(MetricRecords(**prefs),
+                                                     export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+                                                     export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"]))
     return MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
 
 
@@ -203,10 +178,7 @@ class _LazyProvider:
     NOOP = ""  # the API's no-op provider, what a provider that cannot be built falls back to
 
     def __init__(self, settings):
-        # One constructor per exporter of the signal; made now, so a bad exporter name is reported at start.
         self._settings = settings
-        self._kinds = tuple(getattr(settings.exporters, self.SIGNAL))
-        self._makers = [m for m in (select.factory(self.SIGNAL, kind, settings) for kind in self._kinds) if m]
         self._real = None
         self._making = None  # the provider being built (its own set-up may use it already)
         self._callbacks: list = []
@@ -228,8 +200,7 @@ class _LazyProvider:
                 return self._making
             try:
                 route_sdk_logging()
-                _before_exporters(self._kinds)
-                made = BUILD[self.SIGNAL](self._makers, build_resource(), self._settings)
+                made = BUILD[self.SIGNAL](build_resource(), self._settings)
             except Exception as exc:
                 _report.warn_once(f"sdk-build-{self.SIGNAL}", f"the OpenTelemetry SDK for {self.SIGNAL} could not "
                                   f"be set up; this process's {self.SIGNAL} go nowhere: {exc!r}")
@@ -252,12 +223,12 @@ class _LazyProvider:
         _call(fn, self.real())
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        if self.SIGNAL == "traces":
-            records = sys.modules.get("evlog.records")  # spans recorded here, built by the exporter process
-            if records is not None:
-                records.flush()
         flush = getattr(self._real, "force_flush", None)
-        return flush(timeout_millis) if flush is not None else True
+        ok = flush(timeout_millis) if flush is not None else True
+        records = sys.modules.get("evlog.records")  # what is recorded here goes to the exporter process now
+        if records is not None:
+            records.flush()
+        return ok
 
     def shutdown(self) -> None:
         shutdown = getattr(self._real, "shutdown", None)
@@ -294,27 +265,13 @@ class LazyMeterProvider(_LazyProvider):
         return self.real().get_meter(*args, **kwargs)
 
 
-BUILD = {
-    "traces": lambda makers, resource, settings: _build_batched("traces", makers, resource, settings),
-    "logs": lambda makers, resource, settings: _build_batched("logs", makers, resource, settings),
-    "metrics": _build_metrics,
-}
+BUILD = {"traces": _build_traces, "logs": _build_logs, "metrics": _build_metrics}
 # OTel API module -> (index in _providers, its provider class, its setter)
 API = {
     "opentelemetry.trace": (0, "TracerProvider", "set_tracer_provider"),
     "opentelemetry._logs": (1, "LoggerProvider", "set_logger_provider"),
     "opentelemetry.metrics": (2, "MeterProvider", "set_meter_provider"),
 }
-
-
-def _before_exporters(kinds) -> None:
-    """Import now what the exporters will import when they are built, on first export, which may be at
-    exit: after interpreter shutdown has begun, a module that starts a thread pool (gRPC's) or submits
-    to one (the logs SDK, at import) can no longer be imported."""
-    import concurrent.futures.thread  # noqa: F401
-
-    if any(kind not in ("file", "console") for kind in kinds):  # OTLP, or an exporter entry point
-        import opentelemetry.sdk._logs  # noqa: F401
 
 
 def _call(fn, provider) -> None:
@@ -363,7 +320,8 @@ def when_built(signal: str, fn) -> bool:
 def update_resource(attrs: dict) -> None:
     """Add attributes to this process's resource (e.g. dask.role once the role is known). Providers built
     before keep the resource they were built with (the SDK has no public way to change it); what they
-    export is given the current one on its way out (``export_resource``)."""
+    make reaches the exporter process without it, and goes out with the resource of this process's
+    latest hello (evlog.records sends one whenever the attributes change)."""
     global _resource
     if not _providers:
         return
@@ -398,7 +356,7 @@ _report_handler = None
 
 
 def route_sdk_logging() -> None:
-    """OTel SDK/exporter log records -> one evlog line per kind of problem, then counted."""
+    """OTel SDK log records -> one evlog line per kind of problem, then counted."""
     global _report_handler
     import logging
 
@@ -408,42 +366,23 @@ def route_sdk_logging() -> None:
                 _to_report(record)
 
         _report_handler = ToReport(logging.WARNING)
-    for name in ("opentelemetry.exporter", "opentelemetry.sdk"):
-        lg = logging.getLogger(name)
-        if _report_handler not in lg.handlers:
-            lg.addHandler(_report_handler)
-        lg.propagate = False
+    lg = logging.getLogger("opentelemetry.sdk")
+    if _report_handler not in lg.handlers:
+        lg.addHandler(_report_handler)
+    lg.propagate = False
 
 
 def _to_report(record) -> None:
+    if record.levelno < 30:  # below logging.WARNING
+        return
     try:
         msg = record.getMessage()
     except Exception:
         msg = str(record.msg)
-    if msg.startswith("Queue full"):
-        # The batch processors' drop notice: evlog counts those drops itself (unsent) and says so once at
-        # exit with the number; should the SDK's wording change, the only effect is one more line.
-        return
-    if record.levelno < 30:  # below logging.WARNING
-        return
-    first = _clip(msg.splitlines()[0] if msg else record.name)
-    if record.name.startswith("opentelemetry.exporter"):
-        select.note_failure()
-        _report.warn_once(
-            "export",
-            f"exporting failed ({first}){_hint(first)}; retries are bounded, what cannot be sent is dropped and counted",
-        )
-        return
+    first = clip(msg.splitlines()[0] if msg else record.name)
     _report.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
 
 
-def _clip(text: str, limit: int = 1000) -> str:
+def clip(text: str, limit: int = 1000) -> str:
     """At most ``limit`` characters, cut between words."""
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " [...]"
-
-
-def _hint(error: str) -> str:
-    """What to do about an export error whose cause is known from its text."""
-    if "WRONG_VERSION_NUMBER" in error.upper():  # TLS spoken to a port that does not speak it
-        return "; the endpoint is https:// but the collector's port does not speak TLS: use http:// for a plain port"
-    return ""

@@ -8,8 +8,8 @@ ended, as points of the same gauges (names and units of the consumers' gauges, f
 EVLOG_CONSUMERS names), at the times they were read, to the run's metric exporters. Without the launcher
 the start sample is the exporter process's own, taken when the run's first record reaches it.
 
-The points are built with the SDK's public metric data types and handed to the stock exporters, as the
-exporter process does with spans. The resource is the first process's (service, host, run id, the user's
+The points are built with the SDK's public metric data types and handed to the exporter process's metrics
+pipeline, with every other process's metrics. The resource is the first process's (service, host, run id, the user's
 attributes) with this process's pid and ``evlog.process.role=exporter``.
 """
 from __future__ import annotations
@@ -50,31 +50,23 @@ def now() -> tuple[int, dict]:
 
 
 class HostSamples:
-    def __init__(self, settings, resource_attributes: dict):
+    def __init__(self, settings, resource_attributes: dict, metrics):
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         from evlog import __version__
         from evlog.bootstrap import sdk
 
-        from . import select
-
         self.names = [n for n in NAMES if n in settings.consumers]
-        self.exporters = []
-        for make in (select.factory("metrics", k, settings) for k in settings.exporters.metrics):
-            try:
-                if make is not None:
-                    self.exporters.append(make())
-            except Exception:  # a bad exporter setting: the observed processes have said so
-                pass
+        self.metrics = metrics  # the exporter process's metrics pipeline
         attrs = {k: v for k, v in resource_attributes.items() if not k.startswith(_OF_ONE_PROCESS)}
         attrs.update(sdk.process_attributes(), **{"evlog.process.role": "exporter"})
         self.resource = Resource(attrs)
         self.scope = InstrumentationScope("evlog.consumers", __version__)
-        self.started = None  # the thread sending the start sample
 
     def send(self, reading: tuple[int, dict]) -> None:
-        """One point per gauge, at the reading's time (a value that could not be read is left out)."""
+        """One point per gauge, at the reading's time (a value that could not be read is left out), handed
+        to the metrics pipeline (counted there, as every point the run exports)."""
         from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
                                                       ScopeMetrics)
 
@@ -88,48 +80,23 @@ class HostSamples:
                 continue
             metric, unit, description = METRICS[name]
             metrics.append(Metric(metric, description, unit, Gauge([NumberDataPoint({}, t, t, v)])))
-        if not metrics or not self.exporters:
-            return
-        from opentelemetry.sdk.metrics.export import MetricExportResult
-
-        from evlog import stats
-
-        data = MetricsData([ResourceMetrics(self.resource, [ScopeMetrics(self.scope, metrics, "")], "")])
-        for e in self.exporters:
-            try:
-                ok = e.export(data, timeout_millis=5_000) == MetricExportResult.SUCCESS
-            except Exception:  # a collector that is down: the pipelines report it
-                ok = False
-            stats.incr("metrics.exported" if ok else "metrics.failed", len(metrics))  # the run's summary
-
-    def close(self, reading: tuple[int, dict]) -> None:
-        """The end sample once the start sample is out (a shutdown would cut an export under way),
-        then the exporters' shutdown."""
-        if self.started is not None:
-            self.started.join()
-        self.send(reading)
-        for e in self.exporters:
-            try:
-                e.shutdown(timeout_millis=1_000)
-            except Exception:
-                pass
+        if metrics:
+            data = MetricsData([ResourceMetrics(self.resource, [ScopeMetrics(self.scope, metrics, "")], "")])
+            self.metrics.add([(data, len(metrics))])
 
 
-def start(settings, resource_attributes: dict) -> HostSamples | None:
-    """The run's start sample (the launcher's reading, else one now), sent from a thread of its own
-    (an OTLP export may wait on the network); the HostSamples for the end, or None if nothing is wanted."""
-    import threading
-
+def start(settings, resource_attributes: dict, metrics) -> HostSamples | None:
+    """The run's start sample (the launcher's reading, else one now), handed to ``metrics`` (the metrics
+    pipeline); the HostSamples for the end sample, or None if nothing is wanted."""
     from evlog import _report
 
     try:
-        host = HostSamples(settings, resource_attributes)
+        host = HostSamples(settings, resource_attributes, metrics)
         reading = parse(os.environ.get(START_ENV)) or now()
     except Exception as exc:
         _report.warn_once("host-samples", f"the host's run start and end samples cannot be taken: {exc!r}")
         return None
-    if not host.names or not host.exporters:
+    if not host.names:
         return None
-    host.started = threading.Thread(target=host.send, args=(reading,), name="evlog-host-sample", daemon=True)
-    host.started.start()
+    host.send(reading)
     return host

@@ -39,10 +39,13 @@ MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped 
 # ---- in the exporter process ---------------------------------------------------------------------
 
 
-def _builders(logs=None):
+def _builders(logs=None, metrics=None):
     """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans (the
-    console's builder hands its log records to ``logs``, the logs pipeline, and returns no spans)."""
+    builders of log records and metrics hand them to ``logs`` and ``metrics``, their pipelines, and return
+    no spans)."""
     from evlog.instrumentation import console_relay, dask_executions, dask_lives, pool_spans
+
+    from . import sdk_rebuild
 
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
@@ -54,10 +57,35 @@ def _builders(logs=None):
         return pool_spans.PoolSpans(resource)
 
     def console(meta, resource):
-        return console_relay.ConsoleLogs(meta, resource, logs)
+        return console_relay.ConsoleLogs(meta, resource, logs, metrics)
 
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
-            console_relay.KIND: console}
+            console_relay.KIND: console,
+            sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
+            sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),
+            sdk_rebuild.METRICS: lambda meta, resource: sdk_rebuild.Metrics(resource, metrics)}
+
+
+_Resource: list = []
+
+
+def resource(attributes: dict):
+    """An SDK Resource whose hash is computed once: the stock encoders hash every span's, log record's and
+    collection's resource to group them, and Resource's own hash is a JSON dump of its attributes each
+    time (about 10 µs; a Resource never changes)."""
+    if not _Resource:
+        from opentelemetry.sdk.resources import Resource
+
+        class HashedResource(Resource):
+            def __init__(self, attributes, schema_url=None):
+                super().__init__(attributes, schema_url)
+                self._evlog_hash = Resource.__hash__(self)
+
+            def __hash__(self) -> int:
+                return self._evlog_hash
+
+        _Resource.append(HashedResource)
+    return _Resource[0](attributes)
 
 
 class _Client:
@@ -71,10 +99,27 @@ class _Client:
         return self.resource
 
 
+WHAT = {"traces": "spans", "logs": "log records", "metrics": "metric points"}
+
+
+def _send_spans(exporter, batch: list) -> tuple[bool, int]:
+    return getattr(exporter.export(batch), "name", None) == "SUCCESS", len(batch)  # Span/LogRecordExportResult
+
+
+def _send_metrics(exporter, batch: list) -> tuple[bool, int]:
+    """``batch``: (MetricsData, points) pairs of distinct resources (``_Sink.take``), sent as one MetricsData
+    (the stock encoder keeps one entry per resource: two collections of one process would be one lost)."""
+    from opentelemetry.sdk.metrics.export import MetricsData
+
+    data = MetricsData([rm for md, _n in batch for rm in md.resource_metrics])
+    ok = getattr(exporter.export(data, timeout_millis=10_000), "name", None) == "SUCCESS"
+    return ok, sum(n for _md, n in batch)
+
+
 class _Sink:
     """One exporter of the run and its queue: a batch that fails is tried again (after a pause) until it
     goes through, so a collector that is down for a while loses nothing; only the memory bound and
-    exit's deadline drop spans (or log records: ``signal``), and those are counted."""
+    exit's deadline drop items (spans, log records or metric points: ``signal``), and those are counted."""
 
     def __init__(self, make, batch: int = BATCH, signal: str = "traces"):
         import threading
@@ -82,12 +127,13 @@ class _Sink:
 
         self.make = make
         self.signal = signal
-        self.what = "spans" if signal == "traces" else "log records"
+        self.what = WHAT[signal]
+        self.send = _send_metrics if signal == "metrics" else _send_spans
         self.batch = batch
         self.exporter = None
         self.pending: deque = deque()
         self.retry: list | None = None  # the batch that failed last, tried first
-        self.inflight = 0  # spans of the batch being exported now
+        self.inflight = 0  # items of the batch being exported now
         self.lock = threading.Lock()
         self.closing = False
         self.failing = False
@@ -111,6 +157,8 @@ class _Sink:
 
         from evlog import _report, stats
 
+        from . import select
+
         if self.exporter is None:
             try:
                 self.exporter = self.make()
@@ -118,7 +166,7 @@ class _Sink:
                 _report.warn_once(f"exporter-build-{self.signal}", f"cannot set up the exporter of {self.what}: {exc}")
                 self.make = lambda: None
             if self.exporter is None:
-                stats.incr("dropped.no_exporter", len(self.pending))
+                stats.incr("dropped.no_exporter", self.count(self.pending))
                 self.pending.clear()
                 return
         pending = self.pending
@@ -128,28 +176,50 @@ class _Sink:
                 return
             if stop_at is None and self.closing:  # exit's final pass takes over, with its deadline
                 return
-            batch = self.retry or [pending.popleft() for _ in range(min(self.batch, len(pending)))]
-            self.retry, self.inflight = None, len(batch)
+            batch = self.retry or self.take()
+            self.retry, self.inflight = None, self.count(batch)
             try:
-                ok = getattr(self.exporter.export(batch), "name", None) == "SUCCESS"  # Span/LogRecordExportResult
+                ok, n = self.send(self.exporter, batch)
             except Exception as exc:
                 _report.warn_once(f"export-{self.signal}", f"exporting {self.what} failed: {exc}")
-                ok = False
+                ok, n = False, self.inflight
             if ok:
-                stats.incr(f"{self.signal}.exported", len(batch))
+                stats.incr(f"{self.signal}.exported", n)
                 self.failing = False
+                select.answered()
             else:
                 self.retry, self.failing = batch, True
                 self.pause_until = time.monotonic() + 1.0
             self.inflight = 0  # counted as exported, or held again as the retry
+            stats.progress()  # counted even if this process is killed before its exit
+
+    def take(self) -> list:
+        """The next batch: up to ``batch`` items; for metrics, collections of distinct resources only."""
+        pending = self.pending
+        if self.signal != "metrics":
+            return [pending.popleft() for _ in range(min(self.batch, len(pending)))]
+        out, seen = [], set()
+        while pending and len(out) < self.batch:
+            resources = {id(rm.resource) for rm in pending[0][0].resource_metrics}
+            if out and resources & seen:
+                break
+            seen |= resources
+            out.append(pending.popleft())
+        return out
+
+    def count(self, items) -> int:
+        """Items (spans, log records, metric points) in ``items``."""
+        if self.signal == "metrics":
+            return sum(n for _md, n in items)
+        return len(items)
 
     def held(self) -> int:
-        return len(self.pending) + len(self.retry or ()) + self.inflight
+        return self.count(self.pending) + self.count(self.retry or ()) + self.inflight
 
 
 class Pipeline:
-    """Finished spans (or log records: ``signal``) -> the run's exporters of that signal, in batches, from
-    one thread."""
+    """Finished spans (or log records, or MetricsData: ``signal``) -> the run's exporters of that signal, in
+    batches, from one thread."""
 
     def __init__(self, signal: str = "traces"):
         import threading
@@ -173,38 +243,42 @@ class Pipeline:
         signal = self.signal
         makers = [m for m in (select.factory(signal, kind, settings) for kind in getattr(settings.exporters, signal)) if m]
         n = settings.sdk_numbers  # validated, as in every process of the run
-        p = "OTEL_BSP_" if signal == "traces" else "OTEL_BLRP_"
-        self.delay = n[p + "SCHEDULE_DELAY"] / 1000
-        self.sinks = [_Sink(m, n[p + "MAX_EXPORT_BATCH_SIZE"], signal) for m in makers]
+        if signal == "metrics":
+            self.delay, batch = 0.5, 64  # collections (a MetricsData each) per export call
+        else:
+            p = "OTEL_BSP_" if signal == "traces" else "OTEL_BLRP_"
+            self.delay, batch = n[p + "SCHEDULE_DELAY"] / 1000, n[p + "MAX_EXPORT_BATCH_SIZE"]
+        self.sinks = [_Sink(m, batch, signal) for m in makers]
         if signal == "traces" and settings.span_processors:
             from .span_processors import RunProcessors
 
             self.processors = RunProcessors(settings.span_processors)
 
-    def add(self, spans: list) -> None:
-        if not spans:
+    def add(self, items: list) -> None:
+        if not items:
             return
         if self.processors is not None:
-            self.processors.on_end(spans)
+            self.processors.on_end(items)
         if not self.sinks:
             return
         from evlog import stats
 
         for sink in self.sinks:
-            sink.pending.extend(spans)
+            sink.pending.extend(items)
             over = len(sink.pending) - MAX_PENDING
             if over > 0:
-                for _ in range(over):
-                    sink.pending.popleft()
-                stats.incr("dropped.queue_full", over)
+                dropped = [sink.pending.popleft() for _ in range(over)]
+                stats.incr("dropped.queue_full", sink.count(dropped))
         if len(self.sinks[0].pending) >= self.sinks[0].batch:
             self._wake.set()
 
     def failing(self) -> bool:
-        return any(s.failing for s in self.sinks or ())
+        from . import select
+
+        return select.failing() or any(s.failing for s in self.sinks or ())
 
     def behind(self) -> int:
-        """Spans waiting for the slowest exporter."""
+        """Items waiting for the slowest exporter."""
         return max((s.held() for s in self.sinks or ()), default=0)
 
     def _loop(self) -> None:
@@ -216,8 +290,8 @@ class Pipeline:
                 for sink in self.sinks or ():
                     sink.export()
 
-    def finish(self, timeout_s: float) -> None:
-        """Export what is held within ``timeout_s`` (FAILING_WAIT once the collector fails); count the rest."""
+    def finish(self, clock: "ExitClock") -> None:
+        """Export what is held until ``clock``'s deadline; count the rest."""
         import threading
         import time
 
@@ -227,22 +301,16 @@ class Pipeline:
         for sink in self.sinks or ():
             sink.closing = True
         self._wake.set()
-        self._thread.join(timeout_s)
-        deadline = time.monotonic() + (FAILING_WAIT if self.failing() else timeout_s)
 
         def run():
             for sink in self.sinks or ():
                 sink.pause_until = 0.0
-                sink.export(stop_at=deadline)
+                sink.export(stop_at=clock.deadline())
 
         t = threading.Thread(target=run, name="evlog-export-final", daemon=True)
         t.start()
-        cut = False
-        while t.is_alive() and time.monotonic() < deadline:
+        while t.is_alive() and time.monotonic() < clock.deadline():
             t.join(0.05)
-            if not cut and self.failing():
-                deadline = min(deadline, time.monotonic() + FAILING_WAIT)
-                cut = True
         left = sum(s.held() for s in self.sinks or ())
         if left:
             stats.incr("dropped.at_exit", left)
@@ -253,6 +321,53 @@ class Pipeline:
                         sink.exporter.shutdown()
                 except Exception:
                     pass
+
+
+class ExitClock:
+    """One deadline for all the exporter process still does at its exit: EXIT_TIMEOUT, brought forward to
+    FAILING_WAIT from the moment a collector is seen failing (a dead collector costs the run 1 s, once)."""
+
+    def __init__(self, limit: float, pipelines):
+        import time
+
+        self.end = time.monotonic() + limit
+        self.pipelines = pipelines
+        self.cut = False
+
+    def deadline(self) -> float:
+        if not self.cut and any(p.failing() for p in self.pipelines):
+            import time
+
+            self.cut = True
+            self.end = min(self.end, time.monotonic() + FAILING_WAIT)
+        return self.end
+
+    def left(self) -> float:
+        import time
+
+        return max(0.0, self.deadline() - time.monotonic())
+
+
+def PipelineMetrics(pipeline):
+    """A MetricExporter (for a periodic reader of the exporter process's own, e.g. the console's metadata
+    gauges) whose collections go into ``pipeline``, the metrics pipeline."""
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class _PipelineMetrics(MetricExporter):
+        def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+            n = sum(len(m.data.data_points) for rm in metrics_data.resource_metrics
+                    for sm in rm.scope_metrics for m in sm.metrics)
+            if n:
+                pipeline.add([(metrics_data, n)])
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+            pass
+
+    return _PipelineMetrics()
 
 
 _current: list = []
@@ -296,21 +411,23 @@ def _same_user(sock) -> bool:
 
 
 class Builder:
-    """The builder thread: backlog entries -> spans -> the pipeline (and console log records -> the logs
-    pipeline), in arrival order. It takes the next frame only while the exporters keep up (BEHIND spans
-    or log records waiting at most), so a slow or absent collector, or a burst of console output, makes
-    frames wait in the backlog (spooled to disk) rather than as spans in memory."""
+    """The builder thread: backlog entries -> spans -> the pipeline (log records -> the logs pipeline,
+    metrics -> the metrics pipeline), in arrival order. It takes the next frame only while the exporters
+    keep up (BEHIND spans or log records waiting at most), so a slow or absent collector, or a burst of
+    console output, makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
 
     BEHIND = 16384
 
-    def __init__(self, backlog, pipeline, clients: dict, logs=None):
+    def __init__(self, backlog, pipeline, clients: dict, logs=None, metrics=None):
         import threading
 
         self.backlog = backlog
         self.pipeline = pipeline
         self.logs = logs if logs is not None else Pipeline("logs")
+        self.metrics = metrics if metrics is not None else Pipeline("metrics")
+        self.pipelines = (self.pipeline, self.logs, self.metrics)
         self.clients = clients  # client id -> _Client (made by the reader)
-        self.kinds = _builders(self.logs)
+        self.kinds = _builders(self.logs, self.metrics)
         self.stop_at = None  # monotonic deadline once the process is closing
         self.input_done = False
         self.host = None  # the host's run start and end samples (host_samples), from the first hello
@@ -350,23 +467,20 @@ class Builder:
         else:
             self._frame(client, data)
 
-    def drain(self, deadline: float) -> float:
+    def drain(self, clock: ExitClock) -> None:
         """At exit, in the calling thread: build what the backlog holds and export it as it goes, until
-        ``deadline`` (brought forward to FAILING_WAIT once the collector fails); returns the deadline."""
+        ``clock``'s deadline."""
         import time
 
-        while time.monotonic() < deadline:
+        while time.monotonic() < clock.deadline():
             entry = self.backlog.get(0)
             if entry is None:
                 break
             self._take(entry)
-            for pipeline in (self.pipeline, self.logs):
+            for pipeline in self.pipelines:
                 if pipeline.behind() >= BATCH:
                     for sink in pipeline.sinks or ():
-                        sink.export(stop_at=deadline)
-                    if pipeline.failing():
-                        deadline = min(deadline, time.monotonic() + FAILING_WAIT)
-        return deadline
+                        sink.export(stop_at=clock.deadline())
 
     def _frame(self, client: _Client, data: bytes) -> None:
         import marshal
@@ -381,15 +495,14 @@ class Builder:
             stats.incr("dropped.bad_frames")
             return
         if hello is not None:
-            from opentelemetry.sdk.resources import Resource
-
-            client.resource = Resource(hello.get("resource") or {})
+            client.resource = resource(hello.get("resource") or {})
             if self.pipeline.sinks is None:
                 from . import host_samples
 
-                self.pipeline.configure(hello.get("env") or {})
-                self.logs.configure(hello.get("env") or {})
-                self.host = host_samples.start(_settings(hello.get("env") or {}), hello.get("resource") or {})
+                for pipeline in self.pipelines:
+                    pipeline.configure(hello.get("env") or {})
+                self.host = host_samples.start(_settings(hello.get("env") or {}), hello.get("resource") or {},
+                                               self.metrics)
         b = client.builders.get(kind)
         if b is None:
             make = self.kinds.get(kind.partition("#")[0])  # "<kind>#<source number>"
@@ -441,17 +554,19 @@ def main() -> None:
     from evlog import _report, stats
     from evlog.bootstrap import sdk
 
-    from . import host_samples
+    from . import host_samples, select
     from .backlog import Backlog
 
     sdk.route_sdk_logging()
+    select.route_exporter_logging()
     header = struct.Struct("<II")  # evlog.records: frame bytes, records in it
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
     pipeline = Pipeline()
-    logs = Pipeline("logs")  # the console's log records
+    logs = Pipeline("logs")
+    metrics = Pipeline("metrics")
     clients: dict = {}  # client id -> _Client
-    builder = Builder(backlog, pipeline, clients, logs)
+    builder = Builder(backlog, pipeline, clients, logs, metrics)
     listener = socket.socket(fileno=LISTEN_FD)
     listener.setblocking(False)
     sel = selectors.DefaultSelector()
@@ -527,43 +642,42 @@ def main() -> None:
     # What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
     # by this thread alone, at the priority the program had: the niced threads step aside (the program is
     # gone, its cores are free, and one thread does not wait on the others for the GIL).
-    deadline = time.monotonic() + (FAILING_WAIT if pipeline.failing() or logs.failing() else EXIT_TIMEOUT)
+    clock = ExitClock(EXIT_TIMEOUT, builder.pipelines)
     builder.stop_at = time.monotonic()
-    builder.thread.join(1.0)
-    for sink in (pipeline.sinks or []) + (logs.sinks or []):
-        sink.closing = True  # the export threads return after their batch
-    deadline = builder.drain(deadline)
+    builder.thread.join(min(1.0, clock.left()))
+    for p in builder.pipelines:
+        for sink in p.sinks or ():
+            sink.closing = True  # the export threads return after their batch
+    builder.drain(clock)
     left = backlog.held()
     if left:
         stats.incr("dropped.at_exit", left)
-        _report.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit time "
-                          "limit; they are dropped and counted")
+        if not any(p.failing() for p in builder.pipelines):  # else the failing collector was the reason, said once
+            _report.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit "
+                              "time limit; they are dropped and counted")
     if backlog.dropped:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
     builder.tick(final=True)
     if builder.host is not None:  # the host's sample at the run's end (read when the program had ended)
-        _bounded(lambda: builder.host.close(ended), min(1.0, max(0.1, (deadline - time.monotonic()) / 2)),
-                 "evlog-host-sample-end")
+        builder.host.send(ended)
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
-        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, (deadline - time.monotonic()) / 2)),
-                 "evlog-span-processors-end")
-    _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
+        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
+    _finish(builder.pipelines, clock)
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)
 
 
-def _finish(pipelines, timeout_s: float) -> None:
-    """Each pipeline exports what it holds, side by side, within ``timeout_s`` (see Pipeline.finish)."""
+def _finish(pipelines, clock: ExitClock) -> None:
+    """Each pipeline exports what it holds, side by side, until ``clock``'s deadline (see Pipeline.finish)."""
     import threading
 
-    threads = [threading.Thread(target=p.finish, args=(timeout_s,), daemon=True) for p in pipelines[1:]]
+    threads = [threading.Thread(target=p.finish, args=(clock,), daemon=True) for p in pipelines]
     for t in threads:
         t.start()
-    pipelines[0].finish(timeout_s)
     for t in threads:
-        t.join(timeout_s + 0.5)
+        t.join(clock.left() + 0.2)
 
 
 def _bounded(fn, timeout_s: float, name: str) -> None:

@@ -1,15 +1,16 @@
-"""The embedded default: every process of a run appends OTLP/JSON lines to the shared run folder.
+"""The embedded default: the run's exporter processes append OTLP/JSON lines to the shared run folder.
 
-One file per signal and process (traces-<pid>.jsonl, logs-<pid>.jsonl, metrics-<pid>.jsonl), opened
-O_APPEND by the process that writes it (re-opened after a fork), and each export request written as
-one whole line in one write: no line is torn or interleaved, whatever the other processes do.
-A full or read-only disk is reported once; the data is dropped and counted, the program goes on.
+One file per signal and writing process (traces-<pid>.jsonl, logs-<pid>.jsonl, metrics-<pid>.jsonl: the
+run's exporter process on each host, or another writer of the same folder), opened O_APPEND by the
+process that writes it (re-opened after a fork), and each export request written as one whole line in
+one write: no line is torn or interleaved, whatever the other processes do. A full or read-only disk is
+reported once; what cannot be written by the end of the run is dropped and counted, the program goes on.
 """
 from __future__ import annotations
 
 import os
 
-from evlog import _report, stats
+from evlog import _report
 
 from . import otlp_json
 
@@ -50,13 +51,13 @@ class RunFolderWriter:
                 view = view[n:]
             return True
         except OSError as exc:
-            _report.warn_once(
-                f"runfolder-{exc.errno}",
-                f"cannot write to the run folder {self.run_dir}: {exc.strerror or exc}; "
-                "telemetry is dropped and counted, the program goes on",
-            )
-            stats.incr("dropped.write_errors")
-            return False
+            if not (os.environ.get("EVLOG_CONFIG_REPORTED") and not os.path.isdir(self.run_dir)):  # else said at start
+                _report.warn_once(
+                    f"runfolder-{exc.errno}",
+                    f"cannot write to the run folder {self.run_dir}: {exc.strerror or exc}; "
+                    "telemetry is dropped and counted, the program goes on",
+                )
+            return False  # the exporter process tries again later; what is left at the end is counted
 
     def close(self) -> None:
         if self._fd >= 0 and self._pid == os.getpid():

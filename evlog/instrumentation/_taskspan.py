@@ -6,7 +6,7 @@ A pool task of a trivial function costs a few microseconds of Python, so its spa
 returns a ``TaskSpan``: an implementation of the API's ``Span`` (the public extension point), current
 while the task runs, so the user's spans nest under it and what the user writes on it (attributes,
 events, status, an exception) is kept. ``end()`` appends one tuple of atoms to this process's records
-(evlog.records); the run's exporter process turns it into an SDK ``ReadableSpan`` (pool_spans) and
+(evlog.records, kind pool.task); the run's exporter process turns it into an SDK ``ReadableSpan`` (pool_spans) and
 exports it with the run's exporters. This process's consumers (evlog.processors) see the span start and
 end in the thread that runs the task, as span processors see an SDK span.
 
@@ -25,9 +25,8 @@ from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from evlog import records
+from evlog import kinds, records
 
-from . import pool_spans
 
 _getrandbits = random.getrandbits
 _FLAGS = (TraceFlags(0), TraceFlags(1))
@@ -47,7 +46,7 @@ def usable(tracer) -> bool:
 def _source():
     with _lock:
         if _log[0] is None:
-            _log[0] = records.source(pool_spans.KIND)
+            _log[0] = records.source(kinds.POOL_TASK)
         return _log[0]
 
 

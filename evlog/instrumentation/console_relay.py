@@ -31,6 +31,7 @@ Records of kind ``console`` (tuples of atoms; ``stream`` indexes ``meta["streams
     ("d", stream, context, time_ns, data, offset, lines, at_line_start)   output (context: 50 hex or None)
     ("e", stream, offset, lines, at_line_start)                          the stream's end
     ("x",)                                                               the program's exit
+    ("l", stream, payload)                       the lines that follow were logged (console.logged)
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ CONTROL_S = 5.0  # how long the reader waits to hand over the output at the prog
 IDLE_S = 1.0  # repeat notices are emitted after this long without output
 KIND = "console"
 MAX_GAUGES = 100
-KIND_CONTEXT, KIND_NONE, KIND_EXIT = b"c", b"n", b"x"
+KIND_CONTEXT, KIND_NONE, KIND_EXIT, KIND_LOGGED = b"c", b"n", b"x", b"l"
+_KINDS = (KIND_CONTEXT, KIND_NONE, KIND_EXIT, KIND_LOGGED)
 _HEADER = _struct.Struct("<II")  # evlog.records' frame header: frame bytes, records (here: lines) in it
 # Attribute names of console records (docs/conventions.md); tests, benchmarks and readers import them.
 ATTR_IOSTREAM = "log.iostream"  # "stdout" or "stderr": OpenTelemetry's semantic convention
@@ -73,6 +75,16 @@ def encode_marker(prefix: bytes, kind: bytes, trace_id: int = 0, span_id: int = 
     """One marker: a fixed-length APC sequence (terminals ignore APC, and the relay removes it)."""
     payload = f"{trace_id:032x}{span_id:016x}{flags:02x}" if kind == KIND_CONTEXT else "0" * _PAYLOAD
     return prefix + kind + payload.encode("ascii") + _END
+
+
+def encode_logged(prefix: bytes, first_crc: int, lines: int) -> bytes:
+    """The marker before a logging record's text: the CRC-32 of its first line (as the parser renders
+    it) and its number of lines; the console's builder drops those lines (the record is exported)."""
+    return prefix + KIND_LOGGED + f"{first_crc & 0xFFFFFFFF:08x}{min(lines, 0xFFFF):04x}".ljust(_PAYLOAD, "0").encode() + _END
+
+
+def decode_logged(payload: bytes) -> tuple[int, int]:
+    return int(payload[:8], 16), int(payload[8:12], 16)
 
 
 class MarkerSplitter:
@@ -104,7 +116,7 @@ class MarkerSplitter:
                 self.held = buf[i:]
                 return out
             kind = buf[i + len(prefix): i + len(prefix) + 1]
-            if buf[i + size - len(_END): i + size] != _END or kind not in (KIND_CONTEXT, KIND_NONE, KIND_EXIT):
+            if buf[i + size - len(_END): i + size] != _END or kind not in _KINDS:
                 if i + 1 > pos:
                     out.append(buf[pos:i + 1])
                 pos = i + 1
@@ -247,6 +259,9 @@ class Reader:
             elif x[0] == KIND_EXIT:
                 s.exited = True
                 self._maybe_exit()
+            elif x[0] == KIND_LOGGED:
+                if not self.quiet:  # in the quiet modes no text line becomes telemetry
+                    self.records.append(("l", s.index, x[1]))
             else:
                 s.ctx = x[1] if x[0] == KIND_CONTEXT else None
 
@@ -452,7 +467,7 @@ class ConsoleLogs:
     """The ``console`` builder: one program's output -> log records for the exporter process's logs
     pipeline (``logs.add``), and metadata gauges. ``feed`` returns no spans."""
 
-    def __init__(self, meta, resource, logs):
+    def __init__(self, meta, resource, logs, metrics=None):
         _load()
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
@@ -462,6 +477,7 @@ class ConsoleLogs:
         self.parser = cp.ConsoleParser(mode, _redactor(meta.get("redact") or ()))
         self.resource = resource  # the program's Resource, from its hello
         self.logs = logs
+        self.metrics = metrics  # the metrics pipeline, for the metadata gauges
         self.scope = InstrumentationScope("evlog.console")
         self.seen: dict = {}  # stream index -> (bytes, newlines) parsed so far
         self.last = 0.0  # monotonic time of the last output
@@ -487,6 +503,8 @@ class ConsoleLogs:
                 self._emit(parser.close(self.names[i]), i, None, time.time_ns(), out)
             elif kind == "x":
                 self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
+            elif kind == "l":
+                parser.expect(self.names[r[1]], *decode_logged(r[2]))
         if final:
             self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
             if self.gauges is not None:
@@ -558,7 +576,7 @@ class ConsoleLogs:
     def _gauge(self, body: dict) -> None:
         try:
             if self.gauges is None:
-                self.gauges = Gauges(self.resource())
+                self.gauges = Gauges(self.resource(), self.metrics)
             self.gauges.set(body)
         except Exception as exc:
             _report.warn_once("console-gauges-failed", f"console metadata gauges cannot be exported: {exc!r}")
@@ -575,25 +593,20 @@ class _NoGauges:
 
 class Gauges:
     """``evlog.metadata.{key}`` gauges: the last value of each numeric metadata key, on a MeterProvider
-    with the program's resource and the run's metric exporters."""
+    with the program's resource, collected at the run's metric interval into the metrics pipeline."""
 
-    def __init__(self, resource):
+    def __init__(self, resource, metrics):
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         from evlog import config
-        from evlog.exporters import select as exporters
+        from evlog.exporters.process import PipelineMetrics
 
-        settings = config.get()
-        n = settings.sdk_numbers
-        readers = []
-        for kind in settings.exporters.metrics:
-            make = exporters.factory("metrics", kind, settings)
-            if make:
-                readers.append(PeriodicExportingMetricReader(
-                    exporters.managed_metric_exporter(make), export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
-                    export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"]))
-        self.provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
+        n = config.get().sdk_numbers
+        reader = PeriodicExportingMetricReader(PipelineMetrics(metrics),
+                                               export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
+                                               export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"])
+        self.provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
         self.meter = self.provider.get_meter("evlog.console")
         self.values: dict[str, float] = {}
 
