@@ -128,6 +128,7 @@ class Settings(_Record):
         "dask_trace_tasks": DASK_TRACE_TASKS,  # tasks of one Dask computation in one trace; 0: no limit
         "pool_spans": "call",  # one span per call of a pool task, or per chunk of a chunked map
         "span_processors": (),  # module:attribute factories run in the run's exporter process
+        "python_logging": 30,  # Python logging records at this level and above become OTel log records; None: off
         "summary": True,
         "sdk_disabled": False,
         "disabled_instrumentations": frozenset(),
@@ -146,6 +147,7 @@ class Settings(_Record):
     dask_trace_tasks: int
     pool_spans: str
     span_processors: tuple[str, ...]
+    python_logging: int | None
     summary: bool
     sdk_disabled: bool
     disabled_instrumentations: frozenset[str]
@@ -267,11 +269,38 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
     kw["disabled_instrumentations"] = frozenset(
         x.strip() for x in env.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",") if x.strip()
     )
+    kw["python_logging"] = python_logging(env, problems)
     kw["exporters"] = resolve_exporters(env, problems)
     kw["sdk_numbers"] = sdk_numbers(env, problems)
     kw["sampler"] = sampler(env, problems)
     kw["problems"] = tuple(problems)
     return Settings(**kw)
+
+
+LOG_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "critical": 50, "fatal": 50}
+
+
+def python_logging(env: Mapping[str, str], problems: list[str]) -> int | None:
+    """The level from which Python logging records become OTel log records, or None (off).
+
+    OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED as the SDK reads it (``true`` turns it on, any other
+    value off), except that evlog's default, when it is unset, is on; OTEL_PYTHON_LOG_LEVEL (debug, info,
+    warning, error, critical) sets the level, WARNING by default."""
+    raw = env.get("OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED")
+    if raw is not None and raw.strip().lower() != "true":
+        if raw.strip().lower() != "false":
+            problems.append(f"OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED: expected true or false, got {raw!r}; "
+                            "Python logging is not exported (as the OpenTelemetry SDK reads it)")
+        return None
+    level = env.get("OTEL_PYTHON_LOG_LEVEL")
+    if level is None or not level.strip():
+        return 30
+    value = LOG_LEVELS.get(level.strip().lower())
+    if value is None:
+        problems.append(f"OTEL_PYTHON_LOG_LEVEL: unknown level {level!r} (expected one of debug, info, warning, "
+                        "error, critical); using warning")
+        return 30
+    return value
 
 
 def _whole(raw: Any) -> int | None:

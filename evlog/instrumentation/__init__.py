@@ -13,4 +13,5 @@ TARGETS: dict[str, tuple[str, str]] = {
     "futures": ("concurrent.futures", "evlog.instrumentation.futures:FuturesInstrumentor"),
     "multiprocessing": ("multiprocessing", "evlog.instrumentation.multiprocessing:MultiprocessingInstrumentor"),
     "torch_elastic": ("torch.distributed.elastic", "evlog.instrumentation.torch_elastic:TorchElasticInstrumentor"),
+    "logging": ("logging", "evlog.instrumentation.logging_bridge:LoggingInstrumentor"),
 }

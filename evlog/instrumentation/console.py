@@ -28,6 +28,7 @@ from evlog import _report, stats
 
 from . import console_relay as relay
 
+MARKS_ENV = "EVLOG_CONSOLE_MARKS"  # token:dev:ino of fd 1:dev:ino of fd 2, for children's logged marks
 _capture = None  # the active _Capture of this process, or None
 _hooked_pid = -1  # the process whose exit hook, span processor and fork hook are registered
 # The relay: its path is evlog, its own standard library, then the program's other entries (no
@@ -137,6 +138,10 @@ class _Capture:
             os.close(s.read)
             s.read = -1
             os.dup2(s.write, s.fd)  # from here on the program writes to the relay
+        if self.settings.capture == "enabled":  # children mark their logged lines too (logged())
+            ids = {s.fd: _identity(s.fd) for s in self.streams}
+            os.environ[MARKS_ENV] = ":".join([self.token] + [f"{ids[fd][0]}:{ids[fd][1]}" if fd in ids else "-:-"
+                                                             for fd in (1, 2)])
         return True
 
     def _open(self, fd: int, name: str) -> _Stream | None:
@@ -340,6 +345,86 @@ def _span_marks():
             return True
 
     return SpanMarks()
+
+
+# -- logged lines: the logging bridge's records, not sent twice ----------------------------------------
+
+_marks: list = [None, None]  # (the value of MARKS_ENV it was read from, (prefix, {fd: identity}) or None)
+
+
+def _marks_now():
+    raw = os.environ.get(MARKS_ENV)
+    if raw != _marks[0]:
+        parsed = None
+        try:
+            token, d1, i1, d2, i2 = raw.split(":") if raw else (None,) * 5
+            if token:
+                ids = {fd: (int(d), int(i)) for fd, d, i in ((1, d1, i1), (2, d2, i2)) if d != "-"}
+                parsed = (relay.marker_prefix(token), ids)
+        except ValueError:
+            parsed = None
+        _marks[:] = [raw, parsed]
+    return _marks[1]
+
+
+def logged(record, logger) -> str | None:
+    """A Python logging record the logging bridge exported (capture mode enabled): before each of the
+    program's handlers that will write it to a captured stdout or stderr, a marker tells the relay which
+    lines follow (the first's CRC-32, how many), and the console's builder drops them. In any process
+    of the run whose stdout/stderr are the captured ones (MARKS_ENV). Returns the stream marked
+    ("stdout" or "stderr", stderr first), or None."""
+    marks = _marks_now()
+    if marks is None:
+        return None
+    import logging
+    import zlib
+
+    from .console_parse import render
+
+    prefix, ids = marks
+    marked = set()
+    for handler in _handlers(logger, record, logging):
+        stream = getattr(handler, "stream", None)
+        try:
+            fd = stream.fileno()
+        except Exception:
+            continue
+        if fd not in ids or _identity(fd) != ids[fd]:
+            continue
+        lines = handler.format(record).split("\n")
+        first = lines[0]
+        if "\r" in first or "\x1b" in first or "\b" in first:
+            first = render(first)
+        _flush_python_streams()
+        try:
+            stream.flush()
+            os.write(fd, relay.encode_logged(prefix, zlib.crc32(first.encode("utf-8", "surrogatepass")), len(lines)))
+            marked.add(fd)
+        except (OSError, ValueError):
+            pass
+    return "stderr" if 2 in marked else "stdout" if 1 in marked else None
+
+
+def _handlers(logger, record, logging) -> list:
+    """The handlers ``Logger.callHandlers`` will give ``record`` to (their level, not their filters)."""
+    out, found, c = [], 0, logger
+    while c is not None:
+        for h in c.handlers:
+            found += 1
+            if record.levelno >= h.level:
+                out.append(h)
+        if not c.propagate:
+            break
+        c = c.parent
+    last = logging.lastResort
+    if not found and last is not None and record.levelno >= last.level:
+        out.append(last)
+    return out
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 # -- small helpers ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from typing import Any, NamedTuple
 
 from .redact import KEY_BEGIN, KEY_END, MASK, Redactor
@@ -27,6 +28,7 @@ TEXT, METADATA, COMMAND, REPEATED, DROPPED, WARNING = "text", "metadata", "comma
 COMMAND_PREFIX = "/LOGCOMMAND"
 MAX_LINE = 8192  # characters kept of one line (a batch of 512 such lines stays near gRPC's 4 MiB)
 MAX_KEY_LINES = 500  # a private key block longer than this is not one: resume after it
+EXPECT_LINES = 1000  # lines an expected logged text (expect()) may be late by before it is forgotten
 _INT64 = (-(2**63), 2**63 - 1)
 
 # CSI / OSC / DCS-PM-APC strings / two-byte escapes; "erase in line" is kept for the renderer.
@@ -44,7 +46,8 @@ class Record(NamedTuple):
 
 
 class _Stream:
-    __slots__ = ("name", "buf", "overflow", "ends_cr", "skip", "last", "repeats", "empty", "key_lines", "lost")
+    __slots__ = ("name", "buf", "overflow", "ends_cr", "skip", "last", "repeats", "empty", "key_lines", "lost",
+                 "expect", "dropping")
 
     def __init__(self, name: str):
         self.name = name
@@ -57,6 +60,8 @@ class _Stream:
         self.empty = False  # the last TEXT line emitted was empty
         self.key_lines = -1  # >= 0 while inside a private key block
         self.lost = 0  # lines discarded upstream, not yet reported
+        self.expect: list = []  # [first line's CRC-32, lines, lines seen since]: logged texts to come (expect())
+        self.dropping = 0  # lines of a logged text still to drop
 
 
 def _erase(m: re.Match) -> str:
@@ -245,6 +250,13 @@ class ConsoleParser:
             self._end_repeats(s, out)
         return out
 
+    def expect(self, stream: str, first_crc: int, lines: int) -> None:
+        """A logging record's text (``lines`` lines, the first with CRC-32 ``first_crc``) is about to come on
+        ``stream``; exported as a log record already, in mode enabled it is dropped here, not sent twice."""
+        s = self._stream(stream)
+        if len(s.expect) < 256 and lines > 0:
+            s.expect.append([first_crc, lines, 0])
+
     def close(self, stream: str) -> list[Record]:
         """End of ``stream``: its last unfinished line and pending notices."""
         return self.flush(stream, partial=True)
@@ -295,6 +307,8 @@ class ConsoleParser:
         mode = self.mode
         if mode == "disabled":
             return
+        if (s.dropping or s.expect) and mode == "enabled" and self._logged(s, line):
+            return
         if line[:1] == "{" and line[-1:] == "}":
             try:
                 obj = json.loads(line)
@@ -330,6 +344,21 @@ class ConsoleParser:
         if "PRIVATE KEY-----" in line and KEY_BEGIN.search(line) and not KEY_END.search(line):
             s.key_lines = 0
         out.append(Record(TEXT, s.name, self.redact(line)))
+
+    def _logged(self, s: _Stream, line: str) -> bool:
+        """Is ``line`` part of a logged text announced by expect() (then it is dropped)?"""
+        if s.dropping:
+            s.dropping -= 1
+            return True
+        crc = zlib.crc32(line.encode("utf-8", "surrogatepass"))
+        for i, e in enumerate(s.expect):
+            if e[0] == crc:
+                del s.expect[i]
+                s.dropping = e[1] - 1
+                return True
+            e[2] += 1
+        s.expect = [e for e in s.expect if e[2] <= EXPECT_LINES]
+        return False
 
     def _report_lost(self, s: _Stream, out: list) -> None:
         n, s.lost = s.lost, 0
