@@ -128,6 +128,7 @@ def _patches() -> list:
         ("distributed.client", "Client._send_to_scheduler", dask_context.send_to_scheduler),
         ("distributed.scheduler", "Scheduler.__init__", _scheduler_init),
         ("distributed.worker", "Worker.__init__", _worker_init),
+        ("distributed.worker", "Worker.execute", dask_worker.execute),
         ("distributed.worker", "_run_task", dask_worker.run_task),
         ("distributed.worker", "_run_task_async", dask_worker.run_task_async),
         ("distributed.worker", "Worker.gather_dep", dask_worker.gather_dep),

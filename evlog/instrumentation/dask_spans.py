@@ -24,6 +24,10 @@ def new_span_id() -> int:
     return _getrandbits(64) or 1
 
 
+def new_trace_id() -> int:
+    return _getrandbits(128) or 1
+
+
 def context(trace_id: int, span_id: int) -> SpanContext:
     """A sampled local SpanContext."""
     return SpanContext(trace_id, span_id, False, SAMPLED)

@@ -1,17 +1,19 @@
 """The worker side: one span per execution, one per transfer, structured events.
 
-``distributed.worker._run_task`` (what the executor thread runs for each task) is wrapped: while
-the task runs, the span context of its ``dask.execute {prefix}`` span (a new span id, child of the
-client call's span, whose context came with the task's compute-task message: dask_context) is the
-current context of that thread, so spans the user makes inside the task nest under it. After the
-task, one tuple is appended (evlog.records); the shipping thread turns it into a record of atoms (with
-the task's other startstops, disk-read, disk-write, as span events), records ``dask.task.duration``
-and feeds this process's consumers, and the run's exporter process builds the span
-(dask_executions). The worker's event loop does no work for it. (Tasks run by a process-pool
-executor are not traced: they run in another process, without the task's key.)
+``Worker.execute`` (the coroutine that runs one task) is wrapped: the span context of the task's
+``dask.execute {prefix}`` span (a new span id, child of the client call's span, whose context came with
+the task's compute-task message: dask_context) is current while it runs, so the executor thread that
+runs the task (Dask copies the context into it), the user's spans inside the task, and what Dask logs
+about the task (its "Compute Failed" error) are all in the task's trace. ``distributed.worker._run_task``
+(what the executor thread runs) is wrapped to call this process's consumers as the task starts and
+finishes, in that thread (``LiveSpan``: what a span processor reads of a span), and to append one
+tuple after the task (evlog.records); the shipping thread turns it into a record of atoms (with the
+task's other startstops, disk-read, disk-write, as span events) and records ``dask.task.duration``, and
+the run's exporter process builds the span (dask_executions). (Tasks run by a process-pool executor
+are not traced: they run in another process, without the task's key.)
 
 ``Worker.gather_dep`` is wrapped the same way for ``dask.transfer`` spans, in the trace of the task
-that needed the data.
+that needed the data; the consumers see a transfer start and end on the worker's event loop.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from opentelemetry import trace as _trace
 from opentelemetry.trace import NonRecordingSpan
 
 from evlog import _report, records
+from evlog.processors.registry import registry as _registry
 
 from . import dask_context as dc
 from . import dask_executions as dx
@@ -33,6 +36,7 @@ from . import dask_spans as ds
 _attach, _detach = _ctx.attach, _ctx.detach
 _in_context = _trace.set_span_in_context
 _time = time.time
+_time_ns = time.time_ns
 _current_thread = threading.current_thread
 _histogram: list = []  # the dask.task.duration instrument, made once per process
 _transferred = [0]  # bytes received from other workers by this process's workers (a counter)
@@ -41,6 +45,48 @@ _parsed = ds._parsed  # traceparent -> parent SpanContext
 
 def _ids(sc) -> tuple | None:
     return (sc.trace_id, sc.span_id, int(sc.trace_flags)) if sc is not None else None
+
+
+class LiveSpan:
+    """A task execution or a transfer as this process's consumers see it (the names a span processor reads
+    of an SDK span), started and ended where it happens; the exported span is built elsewhere."""
+
+    __slots__ = ("name", "context", "attributes", "start_time", "end_time", "resource")
+
+    def __init__(self, name, context, attributes, resource):
+        self.name = name
+        self.context = context
+        self.attributes = attributes
+        self.resource = resource
+        self.start_time = _time_ns()
+        self.end_time = None
+
+    def get_span_context(self):
+        return self.context
+
+    def is_recording(self) -> bool:
+        return self.end_time is None
+
+
+_consumers_of: list = [-1, ()]  # (registry version, its span processors) as last looked up
+
+
+def _consumers() -> tuple:
+    if _consumers_of[0] != _registry.version:
+        _consumers_of[1] = tuple(_registry.span_processors())
+        _consumers_of[0] = _registry.version
+    return _consumers_of[1]
+
+
+def _start(procs, span) -> None:
+    for p in procs:
+        p.on_start(span, None)
+
+
+def _end(procs, span) -> None:
+    span.end_time = _time_ns()
+    for p in procs:
+        p.on_end(span)
 
 
 class WorkerRecorder:
@@ -55,7 +101,8 @@ class WorkerRecorder:
         self.originals: dict = {}
         self._log = records.source(dx.KIND, convert=self._convert)
         self._append = self._log.append
-        self._names: dict = {}
+        self._names: dict = {}  # prefix -> execute span name
+        self.begun: dict = {}  # key -> (ts, span context, parent, first startstop) while Worker.execute runs it
 
     @property
     def worker(self):
@@ -75,10 +122,11 @@ class WorkerRecorder:
 
     # ---- in the thread that runs the task ----------------------------------------------------------
 
-    def begin(self, worker, key):
+    def begin(self, worker, key, at_entry: bool = False):
         """(ts, span context, parent, context token, first startstop of this run) for a task about to
         run: its execute span becomes the current span, as a child of the client call's span from
-        the task's annotation. No span context when the task is gone or its trace is not sampled."""
+        the task's annotation. No span context when the task is gone or its trace is not sampled.
+        ``at_entry``: called as Worker.execute starts, before it reads the task's data from disk."""
         ts = worker.state.tasks.get(key)
         if ts is None:
             return None, None, None, None, 0
@@ -97,13 +145,32 @@ class WorkerRecorder:
         token = _attach(_in_context(NonRecordingSpan(sc)))
         ss = ts.startstops
         n0 = len(ss)
-        if n0 and ss[-1].get("action") == "disk-read":
+        if n0 and not at_entry and ss[-1].get("action") == "disk-read":
             n0 -= 1  # appended by this run just before it went to the executor
         return ts, sc, parent, token, n0
 
-    def executed(self, key, ts, sc, parent, n0, msg, delay: float) -> None:
+    def started(self, key, ts, sc):
+        """The consumers see the task start (in the thread that runs it); the LiveSpan, or None."""
+        procs = _consumers()
+        if not procs or sc is None:
+            return None
+        prefix = ts.prefix
+        name = self._names.get(prefix)
+        if name is None:
+            name = self._names[prefix] = f"dask.execute {prefix}"
+        th = _current_thread()
+        span = LiveSpan(name, sc, {"dask.task.key": key if type(key) is str else str(key), "dask.task.prefix": prefix,
+                                   "dask.worker.address": self.address, "thread.id": th.ident,
+                                   "thread.name": th.name}, ds.resource())
+        _start(procs, span)
+        return span
+
+    def executed(self, key, ts, sc, parent, n0, msg, delay: float, live=None) -> None:
         """``delay``: the worker's scheduler_delay as the task started, the one Dask added to the times in
-        ``msg`` (a heartbeat may change it while the task runs; the current one would shift the span)."""
+        ``msg`` (a heartbeat may change it while the task runs; the current one would shift the span);
+        ``live``: the task's LiveSpan, ended now for the consumers."""
+        if live is not None:
+            _end(_consumers(), live)
         if ts is None:
             return
         err = None
@@ -172,23 +239,7 @@ class WorkerRecorder:
                     continue
                 out.append((dx.TRANSFER, str(source), tuple([k if type(k) is str else str(k) for k in keys]),
                             int(nbytes), _ids(parent), t0, t1, ok, outcome, address))
-        _feed_consumers(out, self._names)
         return out
-
-
-def _feed_consumers(recs: list, names: dict) -> None:
-    """This process's consumers (the default log, set_log_sink's logs) see the spans the exporter
-    process will build from ``recs``, as finished spans."""
-    from evlog.processors.registry import registry
-
-    procs = registry.span_processors()
-    if not procs or not recs:
-        return
-    res = ds.resource()
-    for rec in recs:
-        span = dx.execute_span(rec, res, names) if rec[0] == dx.EXECUTE else dx.transfer_span(rec, res)
-        for p in procs:
-            p.on_end(span)
 
 
 def _instruments() -> None:
@@ -235,10 +286,39 @@ def detach(worker) -> None:
 
 # ---- wrappers (installed by DaskInstrumentor) ---------------------------------------------------
 
+async def execute(wrapped, instance, args, kwargs):
+    """Worker.execute: the task's execute span context is current while it runs (in the executor thread
+    too: Dask copies the context into it), so what is logged about the task is in its trace."""
+    rec = _recorders.get(instance)
+    if rec is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        key = args[0] if args else kwargs["key"]
+        ts, sc, parent, token, n0 = rec.begin(instance, key, at_entry=True)
+        rec.begun[key] = (ts, sc, parent, n0)
+    except Exception as exc:
+        _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
+        return await wrapped(*args, **kwargs)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        rec.begun.pop(key, None)
+        if token is not None:
+            _detach(token)
+
+
+def _begin(rec, worker, key):
+    """(ts, span context, parent, token, n0) of a task about to run: Worker.execute's, or begun here."""
+    begun = rec.begun.get(key)
+    if begun is not None:
+        ts, sc, parent, n0 = begun
+        return ts, sc, parent, None, n0  # current already (Dask copied Worker.execute's context)
+    return rec.begin(worker, key)
+
+
 def run_task(wrapped, instance, args, kwargs):
-    """distributed.worker._run_task, in the executor thread that runs the task: the task runs with
-    its execute span as the current span (so user spans nest under it); one tuple is kept after.
-    Nothing runs on the worker's event loop."""
+    """distributed.worker._run_task, in the executor thread that runs the task: the consumers see it
+    start and finish here; one tuple is kept after. Nothing runs on the worker's event loop."""
     try:
         key, worker = args[3], args[2]["worker"]
         rec = _recorders.get(worker)
@@ -248,8 +328,9 @@ def run_task(wrapped, instance, args, kwargs):
     if rec is None:
         return wrapped(*args, **kwargs)
     try:
-        ts, sc, parent, token, n0 = rec.begin(worker, key)
+        ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
+        live = rec.started(key, ts, sc)
     except Exception as exc:
         _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -259,7 +340,7 @@ def run_task(wrapped, instance, args, kwargs):
         if token is not None:
             _detach(token)
     try:
-        rec.executed(key, ts, sc, parent, n0, msg, delay)
+        rec.executed(key, ts, sc, parent, n0, msg, delay, live)
     except Exception as exc:
         _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
     return msg
@@ -279,8 +360,9 @@ async def run_task_async(wrapped, instance, args, kwargs):
     if rec is None:
         return await wrapped(*args, **kwargs)
     try:
-        ts, sc, parent, token, n0 = rec.begin(worker, key)
+        ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
+        live = rec.started(key, ts, sc)
     except Exception as exc:
         _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return await wrapped(*args, **kwargs)
@@ -290,17 +372,39 @@ async def run_task_async(wrapped, instance, args, kwargs):
         if token is not None:
             _detach(token)
     try:
-        rec.executed(key, ts, sc, parent, n0, msg, delay)
+        rec.executed(key, ts, sc, parent, n0, msg, delay, live)
     except Exception as exc:
         _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
     return msg
+
+
+def _transfer_started(rec, args, kwargs):
+    """The consumers see a transfer start (on the worker's event loop): its LiveSpan, or None."""
+    procs = _consumers()
+    if not procs:
+        return None
+    source = args[0] if args else kwargs.get("worker")
+    span = LiveSpan("dask.transfer", ds.context(ds.new_trace_id(), ds.new_span_id()),
+                    {"dask.transfer.source": str(source), "dask.worker.address": rec.address}, ds.resource())
+    _start(procs, span)
+    return span
 
 
 async def gather_dep(wrapped, instance, args, kwargs):
     """Worker.gather_dep: one dask.transfer span per fetch from another worker."""
     rec = _recorders.get(instance)
     t0 = _time()
-    ev = await wrapped(*args, **kwargs)
+    live = None
+    if rec is not None:
+        try:
+            live = _transfer_started(rec, args, kwargs)
+        except Exception as exc:
+            _report.warn_once("dask-transfer", f"a Dask transfer could not be recorded: {exc!r}")
+    try:
+        ev = await wrapped(*args, **kwargs)
+    finally:
+        if live is not None:
+            _end(_consumers(), live)
     if rec is not None:
         try:
             source = args[0] if args else kwargs["worker"]

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from evlog import _report
 
-from .sampling import Readings, dask_running, dask_state
+from .sampling import Readings, dask_state
 from .spans import Classifier
 
 FAST_NAMES = frozenset({"core", "wsat", "psat", "esat", "loadavg", "mem", "bytes"})
@@ -176,11 +176,8 @@ class BuiltinLog(SpanProcessor):
     # -- live values, for the OTel gauges
     @property
     def psat(self) -> dict[int, int]:
-        """Tasks running now per thread ident: spans open now, and a Dask worker's executing threads."""
-        out = {c[1]: c[0] for c in list(self._cells.values())}
-        for tid, n in dask_running().items():
-            out[tid] = out.get(tid, 0) + n
-        return out
+        """Tasks running now per thread ident (task spans open now: a Dask worker's executions too)."""
+        return {c[1]: c[0] for c in list(self._cells.values())}
 
     @property
     def wsat(self) -> int:

@@ -75,16 +75,11 @@ class ConsumersView:
         self._readings = Readings()
 
     def current(self, name: str, now_ns: int):
-        from .sampling import dask_running
-
         c = self.log.consumers.get(name)
-        if name == "wsat":  # spans open now, and a Dask worker's executing tasks (its spans come after the fact)
-            return (c.saturation if c is not None else 0) + sum(dask_running().values())
+        if name == "wsat":  # task spans open now (a Dask worker's executions too)
+            return c.saturation if c is not None else 0
         if name == "psat":
-            out = {proc[1]: n for proc, n in dict(c.saturation).items()} if c is not None else {}
-            for tid, n in dask_running().items():
-                out[tid] = out.get(tid, 0) + n
-            return out
+            return {proc[1]: n for proc, n in dict(c.saturation).items()} if c is not None else {}
         if name == "esat":
             return dict(c.saturation) if c is not None else {}
         if name == "loadavg":

@@ -5,7 +5,6 @@ Kept apart from multieventlog so that installing the default consumers at start-
 from __future__ import annotations
 
 import os
-import sys
 import weakref
 
 from evlog import _report
@@ -24,15 +23,8 @@ class Registry:
         self.version += 1
 
     def drain(self) -> None:
-        """Have spans that are built after the fact delivered now (Dask workers' executions reach the
-        consumers when their records are shipped, every half second), so a fetch includes everything
-        until now."""
-        mod = sys.modules.get("evlog.records")
-        if mod is not None:
-            try:
-                mod.flush()
-            except Exception as exc:
-                _report.warn_once("drain-records", f"recorded spans could not be delivered before a fetch: {exc!r}")
+        """Give the logs now the waiting events of spans handed over already finished (a span processor's
+        caller may do that in batches), so a fetch includes everything until now."""
         for d in list(self.dispatch.values()):
             try:
                 d.flush()
@@ -40,9 +32,9 @@ class Registry:
                 _report.warn_once("drain-flush", f"waiting span events could not be given to the logs: {exc!r}")
 
     def span_processors(self) -> list:
-        """The installed logs' span processors, for spans recorded here and built out of process: they
-        reach the consumers directly, not through the tracer provider (whose exporters must not send
-        them a second time)."""
+        """The installed logs' span processors, for task spans recorded here and built out of process (pool
+        tasks, Dask executions and transfers): the consumers see them start and end where they run, not
+        through the tracer provider (whose processors would hand them on a second time)."""
         procs = list(self.dispatch.values())
         b = self.builtin
         if b is not None and hasattr(b, "on_end") and not any(b is p for p in procs):

@@ -156,18 +156,3 @@ def _running(worker) -> bool:
 
 
 _RUNNING = frozenset({"running", "paused"})
-
-
-def dask_running() -> dict:
-    """{thread ident: tasks} executing now on this process's Dask workers ({} without Dask)."""
-    mod = sys.modules.get("distributed.worker")
-    if mod is None:
-        return {}
-    out: dict = {}
-    try:
-        for w in list(mod.Worker._instances):
-            for tid in list(getattr(w, "active_threads", {}) or {}):
-                out[tid] = out.get(tid, 0) + 1
-    except Exception:
-        return out
-    return out
