@@ -300,6 +300,22 @@ def test_a_second_life_never_stands_in_for_the_life_that_computed(futures_run):
         assert c["critical_path"][-1]["key"] == k and c["critical_path"][-1]["compute_s"] >= 0.39
 
 
+def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(futures_run):
+    from evlog.viewer.runfolder import RunFolder
+    from evlog.viewer.server import progress
+    from evlog.viewer.store import CAT_SCHED_TASK, Store
+
+    store = Store(None)
+    RunFolder(futures_run["dir"]).load_into(store)
+    spans = _task_spans(futures_run["dir"])
+    assert len(spans) > 5  # chain-0 .. chain-3, merge-0, and second lives
+    rows = store.gantt_rows(CAT_SCHED_TASK)  # the Gantt of a run without worker spans
+    assert sorted(r[8] for r in rows) == ["chain-0", "chain-1", "chain-2", "chain-3", "merge-0"]
+    assert all(r[2] - r[1] > 0.3e9 for r in rows if r[8].startswith("chain"))  # the lives that computed
+    [chain] = [p for p in progress(store)["prefixes"] if p["prefix"] == "chain"]
+    assert chain["states"] == {"memory": 4} and chain["total"] == 4
+
+
 def test_the_pool_kind_is_right_per_call(futures_run):
     fns = futures_run["report"]["pools"]["functions"]
     got = {(f["function"], f["kind"]): f["count"] for f in fns.values()}
