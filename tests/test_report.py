@@ -316,6 +316,35 @@ def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(future
     assert chain["states"] == {"memory": 4} and chain["total"] == 4
 
 
+@pytest.mark.browser
+def test_the_dashboards_report_panel_follows_futures_into_the_calls_that_made_them(futures_run):
+    from test_cli import _start_view, _stop
+    from test_dashboard_browser import CHROMIUM, Browser
+    from test_dashboard_gantt import no_exceptions, open_page
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    proc, url = _start_view(futures_run["dir"], "--no-follow")
+    b = Browser()
+    try:
+        open_page(b, url)
+        b.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
+                  what="the report panel")
+        rows = b.js("(() => { const d = Array.from(document.querySelectorAll('#report details.computation'))"
+                    ".find(x => x.querySelector('summary').textContent.startsWith('submit merge-0')); "
+                    "return Array.from(d.querySelectorAll('table.critical-path tbody tr')).map(r => "
+                    "[r.cells[1].textContent, r.cells[4].textContent]); })()")
+        assert [k for k, _ in rows] == [f"chain-{i} (submit chain-{i})" for i in range(4)] + ["merge-0"]
+        assert all(start.startswith(("+", "−")) for _, start in rows)
+        # the Gantt outlines the whole path's executions, the chain's included
+        marked = b.js("EV.gantt.data.bars.filter(b => EV.gantt.marked && EV.gantt.marked.has(b[5])).map(b => b[6])")
+        assert {"chain-0", "chain-1", "chain-2", "chain-3", "merge-0"} <= set(marked)
+        no_exceptions(b)
+    finally:
+        b.close()
+        _stop(proc)
+
+
 def test_the_pool_kind_is_right_per_call(futures_run):
     fns = futures_run["report"]["pools"]["functions"]
     got = {(f["function"], f["kind"]): f["count"] for f in fns.values()}
