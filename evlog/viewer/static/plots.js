@@ -27,6 +27,12 @@
 
   var stepped = uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : null;
 
+  /** A y axis as wide as its longest label ("33.320 MB" needs more room than "2"). */
+  function axisSize(u, values) {
+    var longest = (values || []).reduce(function (a, v) { return Math.max(a, String(v).length); }, 0);
+    return Math.max(40, Math.min(110, 7 * longest + 18));
+  }
+
   /** The x axis of a time plot: the Gantt's range and clock, drag to zoom everything. */
   function timeAxis(unit) {
     return {
@@ -38,7 +44,7 @@
           var sc = u.scales.x, step = EV.tickStep(sc.min, sc.max, EV.tickCount(u.width - 64));
           return splits.map(function (v) { return EV.tick(v, step); });
         } },
-        { size: 64, values: function (u, vals) { return EV.axisNumbers(vals, unit); } },
+        { size: axisSize, values: function (u, vals) { return EV.axisNumbers(vals, unit); } },
       ],
       cursor: { drag: { x: true, y: false, setScale: false } },
       hooks: { setSelect: [function (u) {
