@@ -7,7 +7,8 @@ metric export): what Dask's dashboard draws, read from the same public objects.
   Dask's "Bytes stored per worker".
 - ``dask.prefix.tasks`` ({task}), attributes dask.task.prefix and dask.task.state: each task prefix's
   ``TaskPrefix.states`` (waiting, queued, no-worker, processing, memory, erred, released), as Dask's
-  progress bars. A prefix is sampled while it has tasks that are not forgotten, then once more at zero.
+  progress bars. A prefix is sampled while it has tasks that are not forgotten (the states that have
+  tasks), then once more at zero.
 
 The callbacks run in the metric reader's thread and only read: the schedulers' workers and prefixes are
 copied before use, and a sample that meets a change under way (a dict resized by the event loop) is
@@ -61,8 +62,11 @@ def _prefixes(options):
     except RuntimeError:
         return []
     active = {name for name, c in counts.items() if any(c.values())}
+    # a sample names a prefix's states that have tasks (a state left out has none); a prefix that has
+    # just ended gets one point at 0, so its latest sample says it has nothing left
     out = [Observation(n, {"dask.task.prefix": name, "dask.task.state": state})
-           for name in sorted(active | _shown) for state, n in counts.get(name, dict.fromkeys(STATES, 0)).items()]
+           for name in sorted(active) for state, n in counts[name].items() if n]
+    out += [Observation(0, {"dask.task.prefix": name, "dask.task.state": "memory"}) for name in sorted(_shown - active)]
     _shown.clear()
     _shown.update(active)
     return out
