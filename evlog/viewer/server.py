@@ -353,14 +353,11 @@ def worker_memory(store: Store, worker: str | None = None, limit: int = MAX_SERI
         acc[1] += 1
     xs = sorted({x for _w, _k, x in sums})
     index = {x: i for i, x in enumerate(xs)}
-    series = []
-    for w in sorted({w for w, _k, _x in sums}):
-        for kind in ("managed", "unmanaged", "spilled"):
-            vals: list = [None] * len(xs)
-            for (w2, k2, x), (total, n) in sums.items():
-                if w2 == w and k2 == kind:
-                    vals[index[x]] = total / n
-            series.append({"label": kind, "worker": w, "values": vals})
+    cols: dict = {}
+    for (w, kind, x), (total, n) in sums.items():
+        cols.setdefault((w, kind), [None] * len(xs))[index[x]] = total / n
+    series = [{"label": kind, "worker": w, "values": cols.get((w, kind)) or [None] * len(xs)}
+              for w in sorted({w for w, _k in cols}) for kind in ("managed", "unmanaged", "spilled")]
     return {"name": "dask.worker.memory", "title": "Memory per worker", "unit": "bytes", "x": [x / 1e9 for x in xs],
             "series": series, "stacked": True, "per_worker": True, "downsampled": bool(width),
             "note": "Dask's own figures (WorkerState.memory), sampled on the scheduler: managed (task results "

@@ -147,6 +147,7 @@
     });
   };
 
+  var MAX_WORKER_CHARTS = 16;
   var MEMORY_COLOURS = { managed: "#4e79a7", unmanaged: "#a0cbe8", spilled: "#f28e2b" };
 
   /** A plot of one series per worker, drawn as one small chart per worker, one above the other, on the
@@ -165,8 +166,9 @@
       vals.forEach(function (v) { if (v !== null && v > top) top = v; });
       if (s.threads && s.threads > top) top = s.threads;
     });
-    var keep = {};
-    order.forEach(function (w, i) {
+    var keep = {}, all = order.length;
+    order = order.slice(0, MAX_WORKER_CHARTS);  // a big cluster: the first ones; the selector picks any
+    order.forEach(function (w) {
       var id = "plot:" + p.name + "@" + w;
       keep[id] = seen[id] = true;
       var sub = holder.querySelector('[data-worker="' + CSS.escape(w) + '"]');
@@ -206,10 +208,12 @@
     Object.keys(charts).forEach(function (cid) {
       if (charts[cid].plot === p.name && !keep[cid]) drop(cid);
     });
-    Array.prototype.forEach.call(holder.querySelectorAll(".worker-plot"), function (sub) {
+    Array.from(holder.querySelectorAll(".worker-plot")).forEach(function (sub) {
       if (!keep["plot:" + p.name + "@" + sub.getAttribute("data-worker")]) sub.remove();
     });
-    Array.prototype.forEach.call(holder.children, function (c) { if (!c.classList.contains("worker-plot")) c.remove(); });
+    Array.from(holder.children).forEach(function (c) { if (!c.classList.contains("worker-plot")) c.remove(); });
+    if (all > order.length) holder.appendChild(EV.el("div", { "class": "hint" }, "the first " + order.length + " of " + all +
+      " workers; the worker selector shows any one"));
   }
 
   /** Running sums of one worker's series (managed, managed + unmanaged, ... ): the tops of the stack. */
