@@ -531,3 +531,29 @@ def test_a_version_3_database_gets_the_state_column_and_keeps_its_progress(tmp_p
         assert dict(st.conn.execute("SELECT key, value FROM evlog_meta"))["version"] == "4"
     finally:
         st.close()
+
+
+def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(tmp_path):
+    """A worker's clock offset estimate can move by 100 ms and more on a loaded host, so two tasks of one
+    executor thread can overlap by that much; the event loop's thread (coroutine tasks) still gets a row
+    per real overlap over 25 ms."""
+    from evlog.viewer.server import gantt
+    from evlog.viewer.store import Store
+
+    def execution(i: int, start_ms: int, end_ms: int, thread: str) -> dict:
+        return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.execute inc",
+                "kind": "CONSUMER", "start": start_ms * 1_000_000, "end": end_ms * 1_000_000, "status_code": "UNSET",
+                "attributes": {"dask.task.key": f"inc-{i}", "dask.task.prefix": "inc", "thread.name": thread},
+                "events": [], "links": [], "status_message": "", "scope": "t",
+                "resource": {"process.pid": 7, "dask.worker.address": "tcp://127.0.0.1:4000"}}
+
+    st = Store(str(tmp_path / "evlog.sqlite"))
+    try:
+        st.ingest([("traces", [execution(1, 0, 200, "0-Dask-Default-Threads-77-0"),
+                               execution(2, 100, 300, "0-Dask-Default-Threads-77-0"),  # 100 ms of clock noise
+                               execution(3, 0, 200, "MainThread"), execution(4, 100, 300, "MainThread")])])
+        lanes = gantt(st)["lanes"]
+        assert [(x["thread"], x["sub"]) for x in lanes] == [
+            ("0-Dask-Default-Threads-77-0", 0), ("MainThread", 0), ("MainThread", 1)]
+    finally:
+        st.close()
