@@ -140,6 +140,11 @@ def shoot(browser, selectors: list[str], path: str) -> None:
     data = browser.cmd("Page.captureScreenshot", format="png", clip=r, captureBeyondViewport=True)["data"]
     with open(path, "wb") as f:
         f.write(base64.b64decode(data))
+    docs = os.environ.get("EVLOG_DOCS_SCREENSHOTS")  # docs/dashboard.md's pictures, taken again when set
+    if docs and os.path.basename(path).startswith("dashboard-"):
+        import shutil
+
+        shutil.copy(path, os.path.join(docs, os.path.basename(path)))
 
 
 def no_exceptions(browser) -> None:
@@ -164,6 +169,11 @@ def test_a_2_worker_2_thread_run_has_4_task_rows(tmp_path, browser):
               if (last[b[2]] !== undefined && b[0] < last[b[2]]) n++; last[b[2]] = Math.max(last[b[2]] || 0, b[1]); });
             return n; })()""")
         assert overlaps > 0
+        # a thread runs one task at a time, overlapping spans or not: saturation never exceeds the threads
+        plots = {p["name"]: p for p in browser.js("EV.api('api/plots')")}
+        ws, ps = plots["evlog.worker.saturation"], plots["evlog.processor.saturation"]
+        assert max(v or 0 for s in ws["series"] for v in s["values"]) == 2
+        assert max(v or 0 for s in ps["series"] for v in s["values"]) == 100
     finally:
         _stop(proc)
     no_exceptions(browser)
@@ -279,7 +289,7 @@ def test_dag_labels_show_prefix_and_short_key_and_a_tasks_edges_on_hover(report_
     c = test_dashboard_browser.element_center(browser, '#dag .node[data-key="final-0"] rect')
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=c["x"], y=c["y"])
     assert browser.wait_js("document.querySelectorAll('#dag .edge.hot').length") == 31
-    browser.screenshot(str(tmp_path / "dashboard-report.png"))
+    browser.screenshot(str(tmp_path / "dag-hover.png"))
     no_exceptions(browser)
 
 
@@ -293,15 +303,15 @@ def test_the_report_api_is_evlog_reports_json(report_view):
     assert {"computations", "workers", "metadata", "advice"} <= set(rep)
 
 
-def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(tmp_path, browser):
-    """23,008 executions: the Gantt aggregates. Bins where µs tasks ran are drawn dark (by the tasks
-    started in them), not as a pale wash beside the bins of the 0.2 s tasks."""
+@pytest.fixture(scope="module")
+def many_view(tmp_path_factory):
+    """MANY_APP's run (23,008 executions) shown by `evlog view`, once read whole: its URL."""
     import time
     import urllib.request
 
     from test_cli import _start_view, _stop
 
-    folder = _run(tmp_path, MANY_APP, timeout=480)
+    folder = _run(tmp_path_factory.mktemp("many"), MANY_APP, timeout=480)
     proc, url = _start_view(folder, "--no-follow")
     try:
         deadline = time.monotonic() + 240
@@ -312,25 +322,58 @@ def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(tmp_path, browser):
             time.sleep(0.5)
         else:
             raise AssertionError("the run folder was not read within 240 s")
-        browser.goto(url)
-        browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
-        assert browser.js("document.getElementById('gantt').getAttribute('data-mode')") == "aggregated"
-        assert browser.js("EV.gantt.data.lanes.length") == 4
-        # the short tasks' bins hold almost no busy time, yet most drawn bins are dark
-        busy = browser.js("(() => { const d = EV.gantt.data, m = d.prefixes.indexOf('inc'), v = [];"
-                          "d.main.forEach((row, l) => row.forEach((p, j) => { if (p === m) v.push(d.busy[l][j]); }));"
-                          "v.sort((a, b) => a - b); return v[v.length >> 1]; })()")
-        assert busy < 0.25
-        strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
-        assert strong >= 0.5, strong
-        # the report's critical paths (each map's last task) are outlined over the bins
-        browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=120,
-                        what="the report panel")
-        assert len(browser.js("EV.report.computations")) == 3
-        assert int(browser.js("document.getElementById('gantt').getAttribute('data-critical')")) >= 3
-        shoot(browser, ["#gantt-section"], str(tmp_path / "aggregated.png"))
+        yield url
     finally:
         _stop(proc)
+
+
+def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(many_view, browser, tmp_path):
+    """23,008 executions: the Gantt aggregates. Bins where µs tasks ran are drawn dark (by the tasks
+    started in them), not as a pale wash beside the bins of the 0.2 s tasks."""
+    browser.goto(many_view)
+    browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
+    assert browser.js("document.getElementById('gantt').getAttribute('data-mode')") == "aggregated"
+    assert browser.js("EV.gantt.data.lanes.length") == 4
+    # the short tasks' bins hold almost no busy time, yet most drawn bins are dark
+    busy = browser.js("(() => { const d = EV.gantt.data, m = d.prefixes.indexOf('inc'), v = [];"
+                      "d.main.forEach((row, l) => row.forEach((p, j) => { if (p === m) v.push(d.busy[l][j]); }));"
+                      "v.sort((a, b) => a - b); return v[v.length >> 1]; })()")
+    assert busy < 0.25
+    strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
+    assert strong >= 0.5, strong
+    # the report's critical paths (each map's last task) are outlined over the bins
+    browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=120,
+                    what="the report panel")
+    assert len(browser.js("EV.report.computations")) == 3
+    assert int(browser.js("document.getElementById('gantt').getAttribute('data-critical')")) >= 3
+    shoot(browser, ["#gantt-section"], str(tmp_path / "aggregated.png"))
+    no_exceptions(browser)
+
+
+def test_saturation_of_short_tasks_agrees_with_the_reports_utilisation(many_view, browser):
+    """A step per task would paint a solid band from 0 to 1 where the workers were mostly idle: the plot
+    is the mean of busy threads per time bucket, whose mean over the run is the report's utilisation."""
+    import urllib.request
+
+    with urllib.request.urlopen(many_view + "api/report", timeout=120) as r:
+        rep = json.loads(r.read())
+    with urllib.request.urlopen(many_view + "api/plots", timeout=120) as r:
+        plots = {p["name"]: p for p in json.loads(r.read())}
+    ps = plots["evlog.processor.saturation"]
+    assert ps["downsampled"] and "mean of threads busy" in ps["note"]
+    windows = sorted((c["start"], c["end"]) for c in rep["computations"])
+    span = sum(e - s for s, e in windows)  # the maps ran one after the other
+    x = ps["x"]
+    for s in ps["series"]:
+        assert max(v for v in s["values"] if v is not None) <= 100
+        mean = sum(v * (b - a) for v, a, b in zip(s["values"], x, x[1:]) if v) / 100 / span
+        [w] = [w for w in rep["workers"] if w["address"] == s["label"]]
+        assert mean == pytest.approx(w["utilisation"], abs=0.02 + 0.1 * w["utilisation"]), (s["label"], mean, w)
+        values = sorted(v for v in s["values"] if v is not None)
+        assert values[len(values) // 2] < 50  # mostly idle: no solid band
+    browser.goto(many_view)
+    browser.wait_js("Object.keys(EV.plotWorkers()).length >= 2", timeout=120, what="the saturation plots")
+    assert len(browser.js("EV.plotWorkers()")["evlog.processor.saturation"]) == 2
     no_exceptions(browser)
 
 

@@ -210,6 +210,148 @@ def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_na
     assert p.returncode == 1 and "--run picks a run of an `evlog serve` database: give --db too" in p.stderr.decode()
 
 
+FUTURES_APP = r'''
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+from distributed import Client, LocalCluster
+
+
+def step(x):
+    time.sleep(0.4)
+    return x + 1
+
+
+def merge(x):
+    return x * 2
+
+
+def double(x):
+    return 2 * x
+
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        # the futures style: one client call per task, each on the previous one's future
+        c = client.submit(step, 0, key="chain-0")
+        for i in range(1, 4):
+            c = client.submit(step, c, key=f"chain-{i}")
+        m = client.submit(merge, c, key="merge-0")
+        print(m.result())
+        # merge-0 is held past the scheduler's grace for a task's last transitions (dask_lives.GRACE): the
+        # chain's released results are forgotten only at the client's close, in second lives of their own
+        time.sleep(2.5)
+    # one function in three kinds of pool
+    with ThreadPoolExecutor(2) as ex:
+        print(sum(ex.map(double, range(3))))
+    with ProcessPoolExecutor(2) as ex:
+        print(sum(ex.map(double, range(4))))
+    with multiprocessing.Pool(2) as pool:
+        print(sum(pool.map(double, range(5))))
+'''
+
+
+@pytest.fixture(scope="module")
+def futures_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("futures")
+    (tmp / "app.py").write_text(FUTURES_APP)
+    run_dir = tmp / "run"
+    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
+                         timeout=240)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    r = evlog("report", str(run_dir), "--format", "json")
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    return {"dir": str(run_dir), "report": json.loads(r.stdout)}
+
+
+def _task_spans(run_dir: str) -> list[dict]:
+    from evlog.viewer.runfolder import RunFolder
+
+    return [s for signal, rows in RunFolder(run_dir).read_all() if signal == "traces" for s in rows
+            if s["name"].startswith("dask.task")]
+
+
+def test_the_critical_path_follows_futures_into_the_calls_that_made_them(futures_run):
+    c = computation(futures_run["report"], "submit merge-0")
+    path = c["critical_path"]
+    assert [r["key"] for r in path] == ["chain-0", "chain-1", "chain-2", "chain-3", "merge-0"]
+    assert [r["computation"] for r in path] == [f"submit chain-{i}" for i in range(4)] + ["submit merge-0"]
+    assert all(r["compute_s"] >= 0.39 for r in path[:4])  # each slept 0.4 s
+    assert [r["start"] for r in path] == sorted(r["start"] for r in path)
+    assert c["critical_path_s"] >= 1.56 and 0.5 < c["critical_path_share"] <= 1.0001
+    # each call of the chain: its path back to chain-0
+    for i in range(4):
+        assert [r["key"] for r in computation(futures_run["report"], f"submit chain-{i}")["critical_path"]] == \
+            [f"chain-{j}" for j in range(i + 1)]
+
+
+def test_a_second_life_never_stands_in_for_the_life_that_computed(futures_run):
+    lives: dict = {}
+    for s in _task_spans(futures_run["dir"]):
+        lives.setdefault(s["attributes"]["dask.task.key"], []).append(s["attributes"]["dask.task.state"])
+    seconds = [k for k, states in lives.items() if len(states) == 2]
+    assert seconds, lives  # the run has second lives (released -> forgotten at the client's close)
+    for k in seconds:
+        c = computation(futures_run["report"], f"submit {k}")
+        assert c["tasks"] == 1 and c["prefixes"]["chain"]["compute_s"] >= 0.39
+        assert c["prefixes"]["chain"]["median_compute_s"] >= 0.39
+        assert c["critical_path"][-1]["key"] == k and c["critical_path"][-1]["compute_s"] >= 0.39
+
+
+def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(futures_run):
+    from evlog.viewer.runfolder import RunFolder
+    from evlog.viewer.server import progress
+    from evlog.viewer.store import CAT_SCHED_TASK, Store
+
+    store = Store(None)
+    RunFolder(futures_run["dir"]).load_into(store)
+    spans = _task_spans(futures_run["dir"])
+    assert len(spans) > 5  # chain-0 .. chain-3, merge-0, and second lives
+    rows = store.gantt_rows(CAT_SCHED_TASK)  # the Gantt of a run without worker spans
+    assert sorted(r[8] for r in rows) == ["chain-0", "chain-1", "chain-2", "chain-3", "merge-0"]
+    assert all(r[2] - r[1] > 0.3e9 for r in rows if r[8].startswith("chain"))  # the lives that computed
+    [chain] = [p for p in progress(store)["prefixes"] if p["prefix"] == "chain"]
+    assert chain["states"] == {"memory": 4} and chain["total"] == 4
+
+
+@pytest.mark.browser
+def test_the_dashboards_report_panel_follows_futures_into_the_calls_that_made_them(futures_run):
+    from test_cli import _start_view, _stop
+    from test_dashboard_browser import CHROMIUM, Browser
+    from test_dashboard_gantt import no_exceptions, open_page
+
+    if not os.path.exists(CHROMIUM):
+        pytest.skip("needs Debian's chromium (apt-get install chromium)")
+    proc, url = _start_view(futures_run["dir"], "--no-follow")
+    b = Browser()
+    try:
+        open_page(b, url)
+        b.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
+                  what="the report panel")
+        rows = b.js("(() => { const d = Array.from(document.querySelectorAll('#report details.computation'))"
+                    ".find(x => x.querySelector('summary').textContent.startsWith('submit merge-0')); "
+                    "return Array.from(d.querySelectorAll('table.critical-path tbody tr')).map(r => "
+                    "[r.cells[1].textContent, r.cells[4].textContent]); })()")
+        assert [k for k, _ in rows] == [f"chain-{i} (submit chain-{i})" for i in range(4)] + ["merge-0"]
+        assert all(start.startswith(("+", "−")) for _, start in rows)
+        # the Gantt outlines the whole path's executions, the chain's included
+        marked = b.js("EV.gantt.data.bars.filter(b => EV.gantt.marked && EV.gantt.marked.has(b[5])).map(b => b[6])")
+        assert {"chain-0", "chain-1", "chain-2", "chain-3", "merge-0"} <= set(marked)
+        no_exceptions(b)
+    finally:
+        b.close()
+        _stop(proc)
+
+
+def test_the_pool_kind_is_right_per_call(futures_run):
+    fns = futures_run["report"]["pools"]["functions"]
+    got = {(f["function"], f["kind"]): f["count"] for f in fns.values()}
+    assert got == {("__main__.double", "thread"): 3, ("__main__.double", "process"): 4,
+                   ("__main__.double", "mp.pool"): 5}, fns
+
+
 def test_a_missing_run_folder_is_one_clear_message(tmp_path):
     p = evlog("report", str(tmp_path / "nope"))
     assert p.returncode == 1

@@ -500,3 +500,60 @@ def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
         assert all(st.scoped(r).summary()["spans"] == 1 for r in runs)
     finally:
         st.close()
+
+
+def test_a_version_3_database_gets_the_state_column_and_keeps_its_progress(tmp_path):
+    """Version 4 stores each task life's dask.task.state in a column (progress in `evlog serve`, where
+    spans stay protobuf); a version-3 file is brought to 4 when opened, its rows read from their JSON."""
+    from evlog.viewer.store import Store
+
+    def life(i: int, key: str, state: str, status: str = "UNSET") -> dict:
+        return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.task inc",
+                "kind": "INTERNAL", "start": i * 1000, "end": i * 1000 + 500, "status_code": status,
+                "attributes": {"dask.task.key": key, "dask.task.prefix": "inc", "dask.task.state": state},
+                "events": [], "links": [], "status_message": "", "scope": "t", "resource": {"process.pid": 1}}
+
+    path = str(tmp_path / "old.sqlite")
+    st = Store(path)
+    st.ingest([("traces", [life(1, "inc-1", "memory"), life(2, "inc-2", "erred", "ERROR"),
+                           life(3, "inc-1", "forgotten")])])  # inc-1's second life: it only let the result go
+    st.close()
+    conn = sqlite3.connect(path)  # as a version-3 file was: no state column
+    conn.execute("ALTER TABLE spans DROP COLUMN state")
+    conn.execute("UPDATE evlog_meta SET value = '3' WHERE key = 'version'")
+    conn.commit()
+    conn.close()
+    st = Store(path, create=False)
+    try:
+        assert st.progress() == {"inc": {"memory": 1, "erred": 1}}
+        st.ingest([("traces", [life(4, "inc-3", "memory")])])
+        assert st.progress() == {"inc": {"memory": 2, "erred": 1}}
+        assert dict(st.conn.execute("SELECT key, value FROM evlog_meta"))["version"] == "4"
+    finally:
+        st.close()
+
+
+def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(tmp_path):
+    """A worker's clock offset estimate can move by 100 ms and more on a loaded host, so two tasks of one
+    executor thread can overlap by that much; the event loop's thread (coroutine tasks) still gets a row
+    per real overlap over 25 ms."""
+    from evlog.viewer.server import gantt
+    from evlog.viewer.store import Store
+
+    def execution(i: int, start_ms: int, end_ms: int, thread: str) -> dict:
+        return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.execute inc",
+                "kind": "CONSUMER", "start": start_ms * 1_000_000, "end": end_ms * 1_000_000, "status_code": "UNSET",
+                "attributes": {"dask.task.key": f"inc-{i}", "dask.task.prefix": "inc", "thread.name": thread},
+                "events": [], "links": [], "status_message": "", "scope": "t",
+                "resource": {"process.pid": 7, "dask.worker.address": "tcp://127.0.0.1:4000"}}
+
+    st = Store(str(tmp_path / "evlog.sqlite"))
+    try:
+        st.ingest([("traces", [execution(1, 0, 200, "0-Dask-Default-Threads-77-0"),
+                               execution(2, 100, 300, "0-Dask-Default-Threads-77-0"),  # 100 ms of clock noise
+                               execution(3, 0, 200, "MainThread"), execution(4, 100, 300, "MainThread")])])
+        lanes = gantt(st)["lanes"]
+        assert [(x["thread"], x["sub"]) for x in lanes] == [
+            ("0-Dask-Default-Threads-77-0", 0), ("MainThread", 0), ("MainThread", 1)]
+    finally:
+        st.close()

@@ -16,7 +16,8 @@ from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     comps = build(spans)
-    out_comps = [computation(c) for c in comps]
+    made = made_by(comps)
+    out_comps = [computation(c, made) for c in comps]
     stories = _stories(spans, {x["key"] for c in out_comps for x in c["stragglers"] + c["failures"]})
     for c in out_comps:
         for x in c["stragglers"] + c["failures"]:
@@ -55,9 +56,11 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
 # one computation
 
 
-def critical_path(c: Computation) -> list[Task]:
-    """Backwards from the task that finished last, each step to the dependency (in this
-    computation) that finished last: the one the task was waiting for."""
+def critical_path(c: Computation, made: dict | None = None) -> list[Task]:
+    """Backwards from the task that finished last, each step to the dependency that finished last: the
+    one the task was waiting for. A dependency made by an earlier client call (futures submitted one
+    call at a time) is followed into that call's computation: ``made`` is key -> the lives that
+    computed it, in every computation (``made_by``)."""
     tasks = c.tasks
     t = max((x for x in tasks.values() if x.end is not None), key=lambda x: x.end, default=None)
     if t is None:
@@ -66,7 +69,10 @@ def critical_path(c: Computation) -> list[Task]:
     while True:
         best = None
         for k in t.deps:
-            d = tasks.get(k)
+            d = (t.comp or c).tasks.get(k)
+            if (d is None or d.end is None) and made:
+                d = max((x for x in made.get(k, ()) if x.end is not None and x.end <= t.end),
+                        key=lambda x: x.end, default=None)
             if d is not None and d.end is not None and d.key not in seen and (best is None or d.end > best.end):
                 best = d
         if best is None:
@@ -78,9 +84,19 @@ def critical_path(c: Computation) -> list[Task]:
     return path
 
 
-def _task_row(t: Task) -> dict:
+def made_by(comps: list[Computation]) -> dict:
+    """key -> the task lives (one per computation) that stand for it: where a dependency was made."""
+    out: dict = {}
+    for c in comps:
+        for k, t in c.tasks.items():
+            out.setdefault(k, []).append(t)
+    return out
+
+
+def _task_row(t: Task, c: Computation) -> dict:
     return {
         "key": t.key, "prefix": t.prefix, "worker": t.exec_worker,
+        "computation": c.name if t.comp is None or t.comp is c else t.comp.name,
         "ready": secs(t.ready), "start": secs(t.exec_start if t.exec_start is not None else t.ready),
         "end": secs(t.end), "compute_s": dur(t.compute_ns), "transfer_s": dur(t.transfer_ns),
         "queued_s": dur(t.queued_ns), "erred_s": dur(t.erred_ns), "erred": t.erred,
@@ -155,18 +171,22 @@ def failures(c: Computation) -> tuple[list[dict], int]:
     return own[:MAX_LISTED], blamed + max(0, len(own) - MAX_LISTED)
 
 
-def computation(c: Computation) -> dict:
-    path = critical_path(c)
-    rows = [_task_row(t) for t in path]
-    wall = c.wall_ns
+def computation(c: Computation, made: dict | None = None) -> dict:
+    path = critical_path(c, made)
+    rows = [_task_row(t, c) for t in path]
+    # a path that began in an earlier call: its share is of the time since its first task was ready
+    first = min([x for x in (path[0].ready, path[0].submitted) if x is not None], default=None) if path else None
+    path_start = min(c.start, first) if c.start is not None and first is not None else c.start
+    wall = max(0, (c.end or 0) - (path_start or 0)) if path_start is not None else c.wall_ns
     on_path = sum(t.compute_ns + t.transfer_ns + t.queued_ns + t.erred_ns for t in path)
     path_compute = sum(t.compute_ns for t in path)
     pre = prefixes(c)
     fails, blamed = failures(c)
     out = {
         "id": c.id, "name": c.name, "method": c.method, "trace_id": c.trace_id,
-        "start": secs(c.start), "end": secs(c.end), "wall_s": dur(wall), "tasks": len(c.tasks),
+        "start": secs(c.start), "end": secs(c.end), "wall_s": dur(c.wall_ns), "tasks": len(c.tasks),
         "critical_path": rows,
+        "critical_path_start": secs(path_start), "critical_path_wall_s": dur(wall),
         "critical_path_s": dur(on_path),
         "critical_path_share": round(on_path / wall, 4) if wall else 0.0,
         "critical_path_compute_share": round(path_compute / wall, 4) if wall else 0.0,

@@ -36,18 +36,22 @@ def pools(spans: list[dict]) -> dict | None:
     rows = [r for r in spans if r["name"].startswith(POOL_SPANS)]
     if not rows:
         return None
-    by: dict[str, list[dict]] = {}
-    for r in rows:
-        fn = str(r["attributes"].get("code.function.name") or r["name"].partition(" ")[2] or r["name"])
-        by.setdefault(fn, []).append(r)
+    by: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:  # per function and pool kind: one function may run in a thread pool and a process pool
+        a = r["attributes"]
+        fn = str(a.get("code.function.name") or r["name"].partition(" ")[2] or r["name"])
+        by.setdefault((fn, str(a.get("evlog.pool.kind") or "")), []).append(r)
+    kinds: dict[str, int] = {}
+    for fn, _kind in by:
+        kinds[fn] = kinds.get(fn, 0) + 1
     functions, strag, fails = {}, [], []
-    for fn, rs in sorted(by.items(), key=lambda kv: -sum(r["end"] - r["start"] for r in kv[1])):
+    for (name, kind), rs in sorted(by.items(), key=lambda kv: -sum(r["end"] - r["start"] for r in kv[1])):
+        fn = name if kinds[name] == 1 else f"{name} ({kind or 'unknown pool'})"
         ds = [r["end"] - r["start"] for r in rs]
         med = statistics.median(ds)
         erred = [r for r in rs if r["status_code"] == "ERROR"]
         functions[fn] = {"count": len(rs), "total_s": round(sum(ds) / NS, 6), "median_s": round(med / NS, 6),
-                         "max_s": round(max(ds) / NS, 6), "erred": len(erred),
-                         "kind": str(rs[0]["attributes"].get("evlog.pool.kind") or "")}
+                         "max_s": round(max(ds) / NS, 6), "erred": len(erred), "function": name, "kind": kind}
         if len(rs) >= STRAGGLER_MIN_COUNT:
             for r, d in zip(rs, ds):
                 if d > STRAGGLER_RATIO * med and d > STRAGGLER_MIN_S * NS:

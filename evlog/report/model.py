@@ -258,14 +258,14 @@ def build(span_rows: list[dict]) -> list[Computation]:
         return c
 
     lives: dict[str, list[Task]] = {}  # key -> lives in start order
+    rows_of: dict[int, dict] = {}
     for r in sorted(sched, key=lambda r: r["start"]):
         a = r["attributes"]
         key = str(a.get("dask.task.key") or "")
         if not key:
             continue
         t = Task(key, str(a.get("dask.task.prefix") or r["name"][10:]), r)
-        t.comp = comp(r)
-        t.comp.tasks[key] = t
+        rows_of[id(t)] = r
         lives.setdefault(key, []).append(t)
     for r in sorted(execs, key=lambda r: r["start"]):
         a = r["attributes"]
@@ -275,10 +275,15 @@ def build(span_rows: list[dict]) -> list[Computation]:
         t = _life_for(lives.get(key), r["start"])
         if t is None:  # an execution the scheduler did not report (its scheduler ran without evlog)
             t = Task(key, str(a.get("dask.task.prefix") or r["name"][13:]), None)
-            t.comp = comp(r)
-            t.comp.tasks.setdefault(key, t)
+            rows_of[id(t)] = r
             lives.setdefault(key, []).append(t)
         t.executions.append(Execution(r))
+    for key, ls in lives.items():
+        for t in ls:  # in start order: the last life that computed stands for the key in its computation
+            if after_result(t) and any(not after_result(x) for x in ls):
+                continue  # a second life (a result released or forgotten later) never stands in for the first
+            t.comp = comp(rows_of[id(t)])
+            t.comp.tasks[key] = t
     for r in transfers:
         comp(r).transfers.append(r)
     out = [c for c in comps.values() if c.tasks]
@@ -289,15 +294,27 @@ def build(span_rows: list[dict]) -> list[Computation]:
     return out
 
 
+def after_result(t: Task) -> bool:
+    """A second life: one that only let its result go (released, then forgotten when the client or a
+    closing cluster let go, more than dask_lives.GRACE after the life that computed it) and ran nothing."""
+    if t.executions:
+        return False
+    if t.transitions:
+        return all(x[2] in ("released", "forgotten") for x in t.transitions)
+    return t.span is not None and t.state in ("released", "forgotten")
+
+
 def _life_for(lives: list[Task] | None, t: int) -> Task | None:
-    """The task life an execution starting at ``t`` belongs to: the last one begun before it."""
+    """The task life an execution starting at ``t`` belongs to: the last one begun before it that
+    can run (not a life after the result)."""
     if not lives:
         return None
+    ran = [life for life in lives if not after_result(life)] or lives
     best = None
-    for life in lives:
+    for life in ran:
         if life.submitted is not None and life.submitted <= t + _TRANSITION_SLACK_NS:
             best = life
-    return best or lives[0]
+    return best or ran[0]
 
 
 # -------------------------------------------------------------------------------------------------

@@ -82,7 +82,8 @@ def _story(story: list[dict]) -> str:
 
 def _timeline(c: dict) -> str:
     """The critical path as bars on the computation's time axis: queued, transfer, compute."""
-    t0, wall = c["start"], c["wall_s"] or 1e-9
+    t0 = c.get("critical_path_start") or c["start"]  # earlier than the call when the path began in another
+    wall = c.get("critical_path_wall_s") or c["wall_s"] or 1e-9
     out = ['<div class="timeline" data-role="critical-path-timeline">']
     for r in c["critical_path"]:
         ready = r["ready"] if r["ready"] is not None else r["start"]
@@ -117,11 +118,11 @@ def _computation(i: int, c: dict) -> str:
     path = c["critical_path"]
     if path:
         out.append(f"<h3>Critical path: {len(path)} task{'s' if len(path) != 1 else ''}, {_d(c['critical_path_s'])} "
-                   f"of {_d(c['wall_s'])} wall ({_pct(c['critical_path_share'])}; computing "
+                   f"of {_d(c.get('critical_path_wall_s', c['wall_s']))} wall ({_pct(c['critical_path_share'])}; computing "
                    f"{_pct(c['critical_path_compute_share'])})</h3>")
         out.append(_timeline(c))
         rows = [[n, r["key"], r["prefix"], r["worker"] or "-",
-                 f"+{r['start'] - c['start']:.3f} s" if r["start"] is not None else "-",
+                 f"{r['start'] - c['start']:+.3f} s" if r["start"] is not None else "-",
                  _d(r["queued_s"]), _d(r["transfer_s"]), _d(r["compute_s"]) + (" (erred)" if r["erred"] else "")]
                 for n, r in enumerate(path, 1)]
         out.append(_table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], rows,

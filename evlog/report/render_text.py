@@ -56,12 +56,13 @@ def _computation(c: dict) -> list[str]:
     path = c["critical_path"]
     if path:
         out.append(f"Critical path: {len(path)} task{'s' if len(path) != 1 else ''}, {_d(c['critical_path_s'])} of "
-                   f"{_d(c['wall_s'])} wall ({_pct(c['critical_path_share'])}; computing "
+                   f"{_d(c.get('critical_path_wall_s', c['wall_s']))} wall ({_pct(c['critical_path_share'])}; computing "
                    f"{_pct(c['critical_path_compute_share'])})")
         rows = [["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"]]
         for i, r in enumerate(path, 1):
-            rel = f"+{r['start'] - c['start']:.3f} s" if r["start"] is not None and c["start"] is not None else "-"
-            rows.append([str(i), r["key"], r["prefix"], r["worker"] or "-", rel, _d(r["queued_s"]),
+            rel = f"{r['start'] - c['start']:+.3f} s" if r["start"] is not None and c["start"] is not None else "-"
+            key = r["key"] if r.get("computation", c["name"]) == c["name"] else f"{r['key']} ({r['computation']})"
+            rows.append([str(i), key, r["prefix"], r["worker"] or "-", rel, _d(r["queued_s"]),
                          _d(r["transfer_s"]), _d(r["compute_s"]) + (" (erred)" if r["erred"] else "")])
         out += _table(rows)
     out.append("Time by prefix (total / median per task):")

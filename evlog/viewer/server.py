@@ -158,6 +158,7 @@ def metadata_graphs(events: list[dict]) -> list[dict]:
 
 
 THREAD_SLACK_NS = 25_000_000  # in one thread's lane, overlaps up to this are clocks disagreeing
+EXECUTOR_THREAD = "-Dask-Default-Threads-"  # a Dask worker's executor threads: one task at a time, always
 
 
 def _pack(rows: list[tuple], slack: int = 0) -> list[int]:
@@ -198,7 +199,9 @@ def task_category(store: Store) -> tuple[int | None, str]:
 
 
 def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: float | None = None,
-          max_bars: int = MAX_BARS, bins: int = GANTT_BINS) -> dict:
+          max_bars: int = MAX_BARS, bins: int = GANTT_BINS, whole: bool = False) -> dict:
+    """The Gantt's lanes and bars in [t0, t1]; by default the tasks' time range (``whole``: the run's,
+    from its start sample to its end sample, cluster start-up included)."""
     cat, what = task_category(store)
     labels = {p["id"]: p["label"] for p in store.processes()}
     ns0 = None if t0 is None else int(t0 * 1e9)
@@ -215,26 +218,37 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
     placed: list[tuple[int, tuple]] = []
     for (w, thread) in sorted(groups):
         g = groups[(w, thread)]
-        sub = _pack(g, THREAD_SLACK_NS if thread and cat in (CAT_EXECUTION, CAT_POOL_TASK) else 0)
+        # a Dask executor thread runs one task at a time: any overlap of its spans is the worker's clock
+        # offset moving (by 100 ms and more on a loaded host), so it stays one row whatever the overlap
+        slack = (1 << 62) if cat == CAT_EXECUTION and EXECUTOR_THREAD in thread else THREAD_SLACK_NS
+        sub = _pack(g, slack if thread and cat in (CAT_EXECUTION, CAT_POOL_TASK) else 0)
         base = len(lanes)
         for i in range(max(sub) + 1 if sub else 0):
             lanes.append({"worker": w, "thread": thread, "sub": i})
         placed.extend((base + s, r) for s, r in zip(sub, g))
     total = len(placed)
-    run0, run1 = store.run_bounds()  # the run's start and end samples: the range covers the whole run
-    lo = min([r[1] for _, r in placed] + ([run0] if run0 is not None else []), default=0)
-    hi = max([r[2] for _, r in placed] + ([run1] if run1 is not None else []), default=0)
+    run0, run1 = store.run_bounds()  # the run's start and end samples
+    task0 = min((r[1] for _, r in placed), default=None)
+    task1 = max((r[2] for _, r in placed), default=None)
+    if task0 is not None and ns0 is None and ns1 is None:  # the tasks' range, a little room either side
+        pad = max((task1 - task0) // 50, 1_000_000)
+        task0, task1 = task0 - pad, task1 + pad
+    run0 = min(x for x in (run0, task0) if x is not None) if run0 is not None or task0 is not None else 0
+    run1 = max(x for x in (run1, task1) if x is not None) if run1 is not None or task1 is not None else 0
+    lo, hi = (run0, run1) if whole or task0 is None else (task0, task1)
     if ns0 is not None:
         lo = ns0
     if ns1 is not None:
         hi = ns1
     out = {"what": what, "total": total, "lanes": lanes, "t0": lo / 1e9, "t1": hi / 1e9,
+           "tasks_t0": None if task0 is None else task0 / 1e9, "tasks_t1": None if task1 is None else task1 / 1e9,
+           "run_t0": run0 / 1e9, "run_t1": run1 / 1e9, "whole": bool(whole and ns0 is None and ns1 is None),
            "workers": sorted({w for w, _ in groups})}
     if total <= max_bars:
         bars = []
         for lane, r in placed:
             p = prefixes.setdefault(r[6] or r[9], len(prefixes))
-            bars.append([r[1] / 1e9, r[2] / 1e9, lane, p, 1 if r[7] == "ERROR" else 0, r[0]])
+            bars.append([r[1] / 1e9, r[2] / 1e9, lane, p, 1 if r[7] == "ERROR" else 0, r[0], r[8] or ""])
         out.update(mode="bars", bars=bars, prefixes=list(prefixes), shown=total, note="")
         return out
     # too many to draw one by one: per lane, the busy fraction of each time bin and its main prefix
@@ -272,6 +286,30 @@ def gantt(store: Store, worker: str | None = None, t0: float | None = None, t1: 
 
 
 # -------------------------------------------------------------------------------------------------
+# progress
+
+PROGRESS_STATES = ("memory", "erred", "processing", "queued", "no-worker", "waiting", "released")
+
+
+def progress(store: Store) -> dict:
+    """Per task prefix its tasks by state and its total, as Dask's progress bars count them.
+
+    While a prefix has tasks the scheduler still knows (its latest ``dask.prefix.tasks`` sample, Dask's
+    own ``TaskPrefix.states``), those counts: waiting, queued, processing, in memory, erred, released.
+    Once they are all forgotten (or without the gauge), the task lives recorded: per key the state of
+    the life that computed it."""
+    live = store.prefix_states()
+    done = store.progress()
+    out = []
+    for prefix in sorted(set(live) | set(done)):
+        states = live.get(prefix) or done.get(prefix) or {}
+        states = {k: v for k, v in states.items() if v and k != "forgotten"}
+        out.append({"prefix": prefix, "states": states, "total": sum(states.values()),
+                    "source": "scheduler" if prefix in live else "spans"})
+    return {"prefixes": out, "states": list(PROGRESS_STATES)}
+
+
+# -------------------------------------------------------------------------------------------------
 # line plots
 
 
@@ -297,6 +335,37 @@ def line_plot(store: Store, name: str, worker: str | None = None, limit: int = M
         series.append({"label": label, "values": vals})
     return {"name": name, "x": xs, "series": series, "downsampled": averaged,
             "note": f"averaged over {limit:,} time buckets" if averaged else ""}
+
+
+def worker_memory(store: Store, worker: str | None = None, limit: int = MAX_SERIES_POINTS) -> dict | None:
+    """Memory per worker as Dask's dashboard shows it: managed, unmanaged and spilled bytes of each
+    worker (the scheduler's samples of WorkerState.memory), one group of three series per worker on one
+    x; past ``limit`` sample times, averaged per time bucket. None when the run has no such samples."""
+    rows = store.worker_memory()
+    if worker:
+        rows = [r for r in rows if r[1] == worker]
+    if not rows:
+        return None
+    lo, hi = rows[0][0], rows[-1][0]
+    times = sorted({r[0] for r in rows})
+    width = max(1, -(-(hi - lo) // limit)) if len(times) > limit else 0
+    sums: dict = collections.defaultdict(lambda: [0.0, 0])
+    for t, w, kind, v in rows:
+        x = lo + (t - lo) // width * width if width else t
+        acc = sums[(w, kind, x)]
+        acc[0] += v
+        acc[1] += 1
+    xs = sorted({x for _w, _k, x in sums})
+    index = {x: i for i, x in enumerate(xs)}
+    cols: dict = {}
+    for (w, kind, x), (total, n) in sums.items():
+        cols.setdefault((w, kind), [None] * len(xs))[index[x]] = total / n
+    series = [{"label": kind, "worker": w, "values": cols.get((w, kind)) or [None] * len(xs)}
+              for w in sorted({w for w, _k in cols}) for kind in ("managed", "unmanaged", "spilled")]
+    return {"name": "dask.worker.memory", "title": "Memory per worker", "unit": "bytes", "x": [x / 1e9 for x in xs],
+            "series": series, "stacked": True, "per_worker": True, "downsampled": bool(width),
+            "note": "Dask's own figures (WorkerState.memory), sampled on the scheduler: managed (task results "
+                    "in memory), unmanaged (the rest of the worker's process memory), spilled (results on disk)"}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -573,7 +642,7 @@ class Dashboard:
         names = {n for n, _u, _c in s.metric_names()}
         return {
             "source": self.source, "version": self.store.version, "summary": summary,
-            "workers": sorted({p["label"] for p in procs}),
+            "workers": s.lane_workers(task_category(s)[0]),  # each worker once, as the Gantt's lanes name it
             "processes": procs,
             "topics": [{"topic": t, "count": n} for t, n in s.topics()],
             "plots": [{"name": n, "title": t, "unit": u} for i, (n, t, u) in enumerate(LINE_PLOTS)
@@ -596,7 +665,9 @@ class Dashboard:
         st, run = await self._view(request)
         worker = request.query.get("worker") or None
         t0, t1 = self._float(request, "t0"), self._float(request, "t1")
-        data = await self._run((run, "gantt", worker, t0, t1), gantt, st, worker, t0, t1)
+        whole = request.query.get("whole") in ("1", "true")
+        data = await self._run((run, "gantt", worker, t0, t1, whole), gantt, st, worker, t0, t1, MAX_BARS,
+                               GANTT_BINS, whole)
         return self._json(data)
 
     async def _plots(self, request: Any) -> Any:
@@ -619,6 +690,10 @@ class Dashboard:
                     out.append(exact[name])
                 elif i < _ALWAYS_PLOTTED or name in names:
                     out.append({**line_plot(st, name, worker), "title": title, "unit": unit})
+                if name == "evlog.bytes.allocated":
+                    memory = worker_memory(st, worker)
+                    if memory is not None:
+                        out.append(memory)
             return out
 
         return self._json(await self._run((run, "plots", worker), all_plots))
@@ -685,15 +760,9 @@ class Dashboard:
         return self._json(await self._run((run, "console", q, stream, pid, limit), console))
 
     async def _progress(self, request: Any) -> Any:
-        """Dask tasks finished so far per prefix, by final state (Dask's progress bars)."""
+        """Dask's progress bars: per task prefix its tasks by state against its total (api/progress)."""
         st, run = await self._view(request)
-        def progress() -> dict:
-            per: dict = {}
-            for prefix, state, n in st.progress():
-                per.setdefault(prefix, {})[state or "unknown"] = n
-            return {"prefixes": [{"prefix": p, "states": st, "total": sum(st.values())} for p, st in per.items()]}
-
-        return self._json(await self._run((run, "progress",), progress))
+        return self._json(await self._run((run, "progress",), progress, st))
 
     async def _metadata(self, request: Any) -> Any:
         st, run = await self._view(request)

@@ -12,47 +12,92 @@ from __future__ import annotations
 import collections
 
 MAX_POINTS = 20_000  # per series: above, the steps are kept at the edges of equal time buckets
+DENSE_STEPS = 600   # a worker with more task starts and ends than this ...
+BUCKETS = 600       # ... is drawn as the mean of busy threads in this many equal time buckets
 
 
 def saturation(rows: list[tuple], labels: dict, worker: str | None = None) -> list[dict]:
     """``rows``: the Gantt's task spans (id, start, end, worker, thread, process, ...); ``labels``: process
     id -> label. Returns the worker and processor saturation plots in line_plot's shape (x in seconds,
-    one series per worker, values aligned on x), with ``steps``: draw as a step function."""
-    changes: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)
-    threads: dict[str, set] = collections.defaultdict(set)
+    one series per worker, values aligned on x), with ``steps``: draw as a step function.
+
+    A thread runs one task at a time: its tasks' spans are merged first (spans of one thread can overlap
+    by a few ms, the worker's clock offset moving mid-task), so a worker's saturation is the number of
+    its threads busy, never more than it has, and processor saturation never over 100%. Past
+    DENSE_STEPS starts and ends in a worker (many short tasks), each of BUCKETS equal time buckets
+    shows the mean number of threads busy in it: a step per task would paint a solid band from 0 to 1,
+    where the mean is what the report's utilisation says."""
+    busy: dict[str, dict[str, list[tuple[int, int]]]] = collections.defaultdict(lambda: collections.defaultdict(list))
     for r in rows:
         w = r[3] or labels.get(r[5], "?")
         if worker and w != worker:
             continue
-        start, end = r[1], max(r[2], r[1])
-        changes[w].append((start, 1))
-        changes[w].append((end, -1))
-        threads[w].add(r[4] or "")
-    per: dict[str, list[tuple[int, int]]] = {}
-    for w, ch in changes.items():
-        ch.sort()  # at one instant an end (-1) comes before a start (+1): a handover is not an overlap
-        n, pts = 0, []
-        for t, d in ch:
-            n += d
-            if pts and pts[-1][0] == t:
-                pts[-1] = (t, n)
-            else:
-                pts.append((t, n))
-        per[w] = _thin(pts)
-    xs, aligned = _aligned(per)
+        busy[w][r[4] or ""].append((r[1], max(r[2], r[1])))
+    merged = {w: [iv for th in threads.values() for iv in _union(th)] for w, threads in busy.items()}
+    nthreads = {w: max(1, len(threads)) for w, threads in busy.items()}
+    dense = any(2 * len(iv) > DENSE_STEPS for iv in merged.values())
+    if dense:
+        xs, aligned = _bucket_means(merged)
+    else:
+        per: dict[str, list[tuple[int, int]]] = {}
+        for w, iv in merged.items():
+            ch = sorted([(s, 1) for s, _e in iv] + [(e, -1) for _s, e in iv])  # an end before a start at one instant
+            n, pts = 0, []
+            for t, d in ch:
+                n += d
+                if pts and pts[-1][0] == t:
+                    pts[-1] = (t, n)
+                else:
+                    pts.append((t, n))
+            per[w] = pts
+        xs, aligned = _aligned(per)
     wsat, psat = [], []
     for w, vals in aligned:
-        k = max(1, len(threads[w]))
-        wsat.append({"label": w, "values": vals})
-        psat.append({"label": w, "values": [None if v is None else round(100 * v / k, 1) for v in vals]})
+        k = nthreads[w]
+        wsat.append({"label": w, "values": vals, "threads": k})
+        psat.append({"label": w, "values": [None if v is None else round(100 * v / k, 1) for v in vals], "threads": k})
     x = [t / 1e9 for t in xs]
-    note = "from the task spans: every task start and end is a step"
+    if dense:
+        width = (xs[1] - xs[0]) / 1e9 if len(xs) > 1 else 0
+        note = (f"many short tasks: the mean of threads busy in each of {BUCKETS} time buckets of "
+                f"{width * 1e3:.3g} ms, from the task spans")
+    else:
+        note = "from the task spans: every task start and end is a step"
     return [
         {"name": "evlog.worker.saturation", "title": "Worker saturation", "unit": "running tasks",
-         "x": x, "series": wsat, "steps": True, "downsampled": False, "note": note},
+         "x": x, "series": wsat, "steps": True, "downsampled": dense, "note": note, "per_worker": True},
         {"name": "evlog.processor.saturation", "title": "Processor saturation", "unit": "% of the worker's threads busy",
-         "x": x, "series": psat, "steps": True, "downsampled": False, "note": note, "max": 100},
+         "x": x, "series": psat, "steps": True, "downsampled": dense, "note": note, "max": 100, "per_worker": True},
     ]
+
+
+def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(iv):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _bucket_means(busy: dict[str, list[tuple[int, int]]]) -> tuple[list[int], list[tuple[str, list]]]:
+    """Per worker, the mean number of its threads busy in each of BUCKETS equal time buckets over the
+    tasks' range (its threads' busy intervals in ``busy``), on one x: the buckets' starts and the end."""
+    lo = min(s for iv in busy.values() for s, _e in iv)
+    hi = max(e for iv in busy.values() for _s, e in iv)
+    width = max(1, -(-(hi - lo) // BUCKETS))
+    out = []
+    for w in sorted(busy):
+        acc = [0] * BUCKETS
+        for s, e in busy[w]:
+            b = (s - lo) // width
+            while s < e and b < BUCKETS:
+                edge = lo + (b + 1) * width
+                acc[b] += min(e, edge) - s
+                s, b = edge, b + 1
+        out.append((w, [round(a / width, 4) for a in acc] + [0]))
+    return [lo + b * width for b in range(BUCKETS + 1)], out
 
 
 def held_bytes(series: dict[str, list[tuple[int, int]]]) -> dict:

@@ -31,7 +31,7 @@ from . import otlp_decode
 from .receiver import Backpressure
 
 FORMAT = "evlog-store"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"  # 4: spans.state (a task life's dask.task.state); a version-3 file gets the column
 
 # span categories: what the Gantt draws
 CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK = 0, 1, 2, 3
@@ -46,7 +46,7 @@ CREATE TABLE IF NOT EXISTS spans (
     id INTEGER PRIMARY KEY, trace_id TEXT, span_id TEXT, parent_span_id TEXT, name TEXT, kind TEXT,
     start INTEGER, end INTEGER, status_code TEXT, status_message TEXT, task_key TEXT, prefix TEXT,
     cat INTEGER, worker TEXT, thread TEXT, process INTEGER, n_events INTEGER, deps TEXT,
-    attributes TEXT, events TEXT, links TEXT, req INTEGER, idx INTEGER, scope TEXT);
+    attributes TEXT, events TEXT, links TEXT, req INTEGER, idx INTEGER, scope TEXT, state TEXT);
 CREATE TABLE IF NOT EXISTS requests (id INTEGER PRIMARY KEY, body BLOB);
 CREATE INDEX IF NOT EXISTS spans_trace ON spans(trace_id);
 CREATE INDEX IF NOT EXISTS spans_key ON spans(task_key);
@@ -75,11 +75,11 @@ _TABLES = {"evlog_meta", "processes", "spans", "logs", "points", "requests"}
 _SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _STATUS_CODES = ("UNSET", "OK", "ERROR")
 _WANTED = frozenset(("dask.task.key", "dask.task.prefix", "dask.worker.address", "thread.id", "thread.name",
-                     "dask.task.dependencies"))
+                     "dask.task.dependencies", "dask.task.state"))
 
 
 def _columns(name: str, a: dict, res_worker: str) -> tuple:
-    """(task_key, prefix, cat, worker, thread, deps JSON) of a span, from its name and attributes."""
+    """(task_key, prefix, cat, worker, thread, deps JSON, state) of a span, from its name and attributes."""
     key = a.get("dask.task.key")
     prefix = a.get("dask.task.prefix")
     if prefix is None:
@@ -95,8 +95,10 @@ def _columns(name: str, a: dict, res_worker: str) -> tuple:
         cat, worker = CAT_OTHER, res_worker
     thread = a.get("thread.name") or a.get("thread.id")
     deps = a.get("dask.task.dependencies")
+    state = a.get("dask.task.state")
     return (None if key is None else str(key), None if prefix is None else str(prefix), cat, str(worker),
-            None if thread is None else str(thread), None if deps is None else _dumps(deps))
+            None if thread is None else str(thread), None if deps is None else _dumps(deps),
+            None if state is None else str(state))
 
 
 class RawTraces:
@@ -261,6 +263,14 @@ class Store:
             meta = dict(c.execute("SELECT key, value FROM evlog_meta"))
             if meta.get("format") != FORMAT:
                 raise StoreError(f"{self.path}: an SQLite database, but not evlog's (no evlog format mark)")
+            if meta.get("version") == "3" and "spans" in tables:  # the one column version 4 added
+                try:
+                    c.execute("ALTER TABLE spans ADD COLUMN state TEXT")
+                    c.execute("UPDATE evlog_meta SET value = ? WHERE key = 'version'", (SCHEMA_VERSION,))
+                except sqlite3.OperationalError as e:
+                    raise StoreError(f"{self.path}: evlog database of schema version '3' that cannot be brought "
+                                     f"to version {SCHEMA_VERSION} ({e})") from None
+                meta["version"] = SCHEMA_VERSION
             if meta.get("version") != SCHEMA_VERSION:
                 raise StoreError(f"{self.path}: evlog database of schema version {meta.get('version')!r}; "
                                  f"this evlog reads version {SCHEMA_VERSION}")
@@ -397,7 +407,7 @@ class Store:
                 elif signal == "metrics":
                     self._point_tuples(rows, procs, points)
             if spans:
-                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
+                c.executemany("INSERT INTO spans VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", spans)
             if logs:
                 c.executemany("INSERT INTO logs VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?)", logs)
             if points:
@@ -446,14 +456,14 @@ class Store:
             res = r["resource"]
             name = r["name"]
             pid = self._process(res, memo)
-            key, prefix, cat, worker, thread, deps = _columns(name, a, self._proc_worker.get(pid, ""))
+            key, prefix, cat, worker, thread, deps, state = _columns(name, a, self._proc_worker.get(pid, ""))
             events = r["events"]
             links = r["links"]
             append((
                 r["trace_id"], r["span_id"], r["parent_span_id"], name, r["kind"], _u64(r["start"]), _u64(r["end"]),
                 r["status_code"], r["status_message"], key, prefix, cat, worker, thread, pid, len(events), deps,
                 _dumps(a) if a else "{}", _dumps(events) if events else "[]",
-                _dumps(links) if links else "[]", None, None, r["scope"],
+                _dumps(links) if links else "[]", None, None, r["scope"], state,
             ))
 
     def _raw_span_tuples(self, message: Any, req: int, out: list) -> None:
@@ -477,7 +487,7 @@ class Store:
                 scope = ss.scope.name
                 for sp in ss.spans:
                     idx += 1
-                    key = prefix = worker = thread = deps = None
+                    key = prefix = worker = thread = deps = state = None
                     for kv in sp.attributes:
                         k = kv.key
                         if k in wanted:
@@ -490,6 +500,8 @@ class Store:
                                 worker = v.string_value if v.HasField("string_value") else str(pb_any(v))
                             elif k == "dask.task.dependencies":
                                 deps = _dumps(pb_any(v))
+                            elif k == "dask.task.state":
+                                state = v.string_value if v.HasField("string_value") else str(pb_any(v))
                             elif thread is None or k == "thread.name":
                                 thread = str(pb_any(v))
                     name = sp.name
@@ -509,7 +521,7 @@ class Store:
                     append((
                         sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), name, kinds[sp.kind],
                         u64(sp.start_time_unix_nano), u64(sp.end_time_unix_nano), codes[st.code], st.message, key, prefix,
-                        cat, worker, thread, pid, len(sp.events), deps, None, None, None, req, idx, scope,
+                        cat, worker, thread, pid, len(sp.events), deps, None, None, None, req, idx, scope, state,
                     ))
 
     def _process_pb(self, resource: Any) -> int:
@@ -586,9 +598,25 @@ class Store:
         }
 
     def processes(self) -> list[dict]:
+        """The processes (one row per resource), each labelled once: a Dask worker whose resource gained
+        its address after it first exported (two rows, one process) is labelled by its address in both."""
         cols = ("id", "label", "service", "role", "pid", "host", "worker")
-        return [dict(zip(cols, r)) for r in self._q(
+        rows = [dict(zip(cols, r)) for r in self._q(
             "SELECT id, label, service, role, pid, host, worker FROM processes ORDER BY id")]
+        address = {(r["host"], r["pid"], r["service"]): r["worker"] for r in rows if r["worker"] and r["pid"]}
+        for r in rows:
+            w = address.get((r["host"], r["pid"], r["service"]))
+            if w and not r["worker"]:
+                r["label"] = r["worker"] = w
+        return rows
+
+    def lane_workers(self, cat: int | None) -> list[str]:
+        """The workers the Gantt's lanes name for spans of ``cat``: a Dask worker's address, else the
+        label of the process that ran the span (pool workers); each once."""
+        labels = {p["id"]: p["label"] for p in self.processes()}
+        rows = self._q("SELECT DISTINCT worker, process FROM spans" + (" WHERE cat = ?" if cat is not None else ""),
+                       () if cat is None else (cat,))
+        return sorted({w or labels.get(p, "?") for w, p in rows})
 
     def story(self, key: str) -> list[dict]:
         """A task's transitions in time order across processes (like Scheduler.story, but kept).
@@ -708,11 +736,39 @@ class Store:
         rows = self._q(_LOG_SELECT + cond + " ORDER BY l.time DESC, l.id DESC LIMIT ?", tuple(args) + (int(limit),))
         return [_log_dict(r) for r in reversed(rows)], total
 
-    def progress(self) -> list[tuple[str, str, int]]:
-        """(prefix, final state, tasks) of the Dask task lives recorded so far (their dask.task spans)."""
-        return self._q(
-            "SELECT prefix, coalesce(json_extract(attributes, '$.\"dask.task.state\"'), ''), count(*) FROM spans "
-            "WHERE cat = ? AND prefix IS NOT NULL GROUP BY prefix, 2 ORDER BY prefix", (CAT_SCHED_TASK,))
+    def progress(self) -> dict[str, dict[str, int]]:
+        """{prefix: {state: tasks}} of the Dask task keys whose lives are recorded so far (their dask.task
+        spans): per key the state of its last life that computed (a second life, which only let the
+        result go, never stands in for it); forgotten and released count as "released"."""
+        per: dict[str, tuple[str, str]] = {}
+        for key, prefix, state in self._q(
+                f"SELECT task_key, prefix, {_STATE} FROM spans WHERE cat = ? AND prefix IS NOT NULL "
+                "AND task_key IS NOT NULL ORDER BY start, id", (CAT_SCHED_TASK,)):
+            if key not in per or state not in _LET_GO or per[key][1] in _LET_GO:
+                per[key] = (prefix, state)
+        out: dict[str, dict[str, int]] = {}
+        for prefix, state in per.values():
+            st = out.setdefault(prefix, {})
+            state = "released" if state in _LET_GO else state or "released"
+            st[state] = st.get(state, 0) + 1
+        return out
+
+    def prefix_states(self, name: str = "dask.prefix.tasks") -> dict[str, dict[str, int]]:
+        """{prefix: {state: tasks}} of the scheduler's latest sample of ``name`` (Dask's own counts per
+        task prefix, evlog/instrumentation/dask_gauges.py), summed over schedulers; prefixes with
+        nothing active (all zero: forgotten) are left out."""
+        out: dict[str, dict[str, int]] = {}
+        for prefix, state, value in self._q(
+                f"SELECT {_PREFIX}, json_extract(p.attributes, '$.\"dask.task.state\"'), p.value FROM points p "
+                f"JOIN (SELECT process, {_PREFIX} AS prefix, max(time) AS t FROM points p WHERE name = ? "
+                "GROUP BY process, prefix) last "
+                f"ON p.process = last.process AND p.time = last.t AND {_PREFIX} = last.prefix WHERE p.name = ?",
+                (name, name)):
+            if prefix is None or state is None or not isinstance(value, (int, float)) or value != value:
+                continue
+            st = out.setdefault(str(prefix), {})
+            st[str(state)] = st.get(str(state), 0) + int(value)
+        return {p: st for p, st in out.items() if any(st.values())}
 
     def span_categories(self) -> dict[int, int]:
         return {c: n for c, n in self._q("SELECT cat, count(*) FROM spans GROUP BY cat")}
@@ -737,6 +793,9 @@ class Store:
         if worker is not None:
             where.append("worker = ?")
             args.append(worker)
+        if cat == CAT_SCHED_TASK:  # a second life (it only let the result go) is no bar of its own
+            where.append(f"NOT ({_STATE} IN {_LET_GO} AND task_key IN "
+                         f"(SELECT task_key FROM spans WHERE cat = {CAT_SCHED_TASK} AND {_STATE} IN ('memory', 'erred')))")
         sql = "SELECT id, start, end, worker, thread, process, prefix, status_code, task_key, name FROM spans"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -779,6 +838,14 @@ class Store:
                     pts.append((ev["time"], n))
         return {w: pts for w, pts in out.items() if pts}
 
+    def worker_memory(self) -> list[tuple[int, str, str, float]]:
+        """(time ns, worker address, managed | unmanaged | spilled, bytes) of the scheduler's samples of
+        each worker's memory (``dask.worker.memory.*``, evlog/instrumentation/dask_gauges.py), in time order."""
+        return [(t, str(w), name.rpartition(".")[2], v) for t, w, name, v in self._q(
+            "SELECT time, json_extract(attributes, '$.\"dask.worker.address\"') AS w, name, value FROM points "
+            "WHERE name IN ('dask.worker.memory.managed', 'dask.worker.memory.unmanaged', "
+            "'dask.worker.memory.spilled') AND w IS NOT NULL AND value IS NOT NULL ORDER BY time, id")]
+
     def series(self, name: str, buckets: int | None = None) -> tuple[list[tuple], bool]:
         """(process, time, value) of a gauge or sum (a histogram's mean), in time order, and whether
         it was averaged: past ``buckets`` points, SQLite averages per process and time bucket (so a
@@ -792,6 +859,11 @@ class Store:
             f"SELECT process, ? + ((time - ?) / ?) * ? AS t, avg({value}) FROM points WHERE name = ? "
             "GROUP BY process, t ORDER BY t", (lo, lo, width, width, name)), True
 
+
+_LET_GO = ("released", "forgotten")  # the states of a life that only let its result go (a second life)
+# a span's dask.task.state: its column, or its JSON attributes for rows of a version-3 file
+_PREFIX = "json_extract(p.attributes, '$.\"dask.task.prefix\"')"
+_STATE = "coalesce(state, json_extract(attributes, '$.\"dask.task.state\"'), '')"
 
 _SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "
                 "s.status_code, s.status_message, s.task_key, s.prefix, s.worker, s.thread, p.label, "

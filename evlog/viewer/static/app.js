@@ -4,13 +4,24 @@
 "use strict";
 (function () {
   var $ = function (id) { return document.getElementById(id); };
-  var state = { worker: "", paused: false, waiting: 0, range: null, topic: "", task: null,
+  var state = { worker: "", paused: false, waiting: 0, range: null, whole: false, topic: "", task: null,
     refreshing: false, again: false, version: -1, connected: false, es: null, retry: null };
   EV.state = state;
   EV.refreshes = 0;
 
   EV.gantt = new EV.Gantt($("gantt"), $("gantt-tip"), function (hit) { showTask({ id: hit.id }); },
-    function (t0, t1) { state.range = [t0, t1]; $("gantt-reset").hidden = false; refreshGantt(); });
+    function (t0, t1) { EV.zoomTo(t0, t1); });
+
+  /** The Gantt's (and the plots') time: a zoom, else the tasks' range, or the whole run when asked. */
+  function showRange() {
+    $("range-tasks").classList.toggle("on", !state.range && !state.whole);
+    $("range-run").classList.toggle("on", !state.range && state.whole);
+  }
+  function setRange(range, whole) {
+    state.range = range; state.whole = !!whole;
+    showRange();
+    return refreshGantt().catch(failed("gantt"));
+  }
 
   function status(cls, text) {
     var s = $("status"); s.className = "status " + cls; s.textContent = text;
@@ -22,7 +33,7 @@
 
   function failed(what) {
     return function (e) {
-      if (e && e.status === 401) return;
+      if (e && (e.status === 401 || e.stale)) return;  // a stale answer: of the run shown before a switch
       EV.log(what + " failed", e);
       if (e && e.status >= 500 && e.data && e.data.error) message(e.data.error);
     };
@@ -30,7 +41,7 @@
 
   function refreshGantt() {
     var p = { worker: state.worker };
-    if (state.range) { p.t0 = state.range[0]; p.t1 = state.range[1]; }
+    if (state.range) { p.t0 = state.range[0]; p.t1 = state.range[1]; } else if (state.whole) p.whole = 1;
     return EV.api("api/gantt", p).then(function (g) {
       $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)");
       var note = $("gantt-note"); note.hidden = !g.note; note.textContent = g.note || "";
@@ -63,10 +74,15 @@
     sel.value = ov.run === null || ov.run === undefined ? "" : ov.run;
   }
 
+  /** Each worker once, by the name the Gantt's lanes give it (a Dask worker's address). */
   function refreshWorkers(ov) {
-    var sel = $("worker"), have = {};
-    Array.prototype.forEach.call(sel.options, function (o) { have[o.value] = true; });
-    ov.workers.forEach(function (w) { if (!have[w]) sel.appendChild(EV.el("option", { value: w }, w)); });
+    var sel = $("worker"), sig = ov.workers.join("\n");
+    if (sel.getAttribute("data-sig") === sig) return;
+    sel.setAttribute("data-sig", sig);
+    while (sel.options.length > 1) sel.remove(1);
+    ov.workers.forEach(function (w) { sel.appendChild(EV.el("option", { value: w }, w)); });
+    if (state.worker && ov.workers.indexOf(state.worker) < 0) sel.appendChild(EV.el("option", { value: state.worker }, state.worker));
+    sel.value = state.worker;
   }
 
   function refresh() {
@@ -184,20 +200,29 @@
     if (state.paused) { state.waiting = 0; status("paused", "paused"); }
     else { status(state.connected ? "live" : "down", state.connected ? "live" : "disconnected · retrying every 5 s"); if (state.waiting) refresh(); state.waiting = 0; }
   });
+  /** Another run: every panel, title and the URL switch at once; answers still on their way for the
+      run shown before are dropped (EV.api marks them stale). */
   $("run").addEventListener("change", function (e) {
     EV.run = e.target.value;
-    state.range = null; state.task = null; state.worker = "";
-    $("gantt-reset").hidden = true; $("task-section").hidden = true;
+    EV.runGeneration = (EV.runGeneration || 0) + 1;
+    var url = new URL(location.href);
+    url.searchParams.set("run", EV.run);
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+    state.range = null; state.whole = false; state.task = null; state.worker = ""; state.topic = "";
+    showRange();
+    $("task-section").hidden = true;
     var w = $("worker"); while (w.options.length > 1) w.remove(1);
+    w.removeAttribute("data-sig");
+    if (EV.resetReport) EV.resetReport();  // report.js: this run's analysis now, not in 15 s
+    if (EV.resetConsole) EV.resetConsole();
+    state.refreshing = false;  // a refresh of the other run still under way: its answers are stale
     refresh();
   });
   $("worker").addEventListener("change", function (e) { state.worker = e.target.value; refresh(); });
   /** Zoom the Gantt, and with it every time plot, to [t0, t1] seconds (a drag on a plot). */
   EV.zoomTo = function (t0, t1) {
     if (!(t1 > t0)) return;
-    state.range = [t0, t1];
-    $("gantt-reset").hidden = false;
-    refreshGantt().catch(failed("gantt"));
+    setRange([t0, t1], state.whole);
   };
   function showClock() {
     $("clock").textContent = EV.tz === "utc" ? "UTC" : "local";
@@ -205,14 +230,27 @@
     document.body.setAttribute("data-clock", EV.tz);
   }
   showClock();
-  $("clock").addEventListener("click", function () {
-    EV.setClock(EV.tz === "utc" ? "local" : "utc");
+  /** The clock changed (here, or in another frame or tab of this page: the storage event): every
+      panel is drawn again in it at once, the report from the analysis it has. */
+  function clockChanged() {
     showClock();
     EV.resetPlots();
+    if (EV.gantt.data) EV.gantt.draw();
+    if (EV.rerenderReport) EV.rerenderReport();
     refresh();
+  }
+  $("clock").addEventListener("click", function () {
+    EV.setClock(EV.tz === "utc" ? "local" : "utc");
+    clockChanged();
   });
-  $("gantt-reset").addEventListener("click", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
-  $("gantt").addEventListener("dblclick", function () { state.range = null; $("gantt-reset").hidden = true; refreshGantt(); });
+  window.addEventListener("storage", function (e) {
+    if (e.key !== "evlog-clock") return;
+    var tz = e.newValue === "local" ? "local" : "utc";
+    if (tz !== EV.tz) { EV.tz = tz; clockChanged(); }
+  });
+  $("range-tasks").addEventListener("click", function () { setRange(null, false); });
+  $("range-run").addEventListener("click", function () { setRange(null, true); });
+  $("gantt").addEventListener("dblclick", function () { setRange(null, state.whole); });
   $("task-close").addEventListener("click", function () { state.task = null; $("task-section").hidden = true; });
 
   // ---- token
@@ -247,9 +285,19 @@
   function sideBySide(runs) {
     document.body.innerHTML = "";
     document.body.setAttribute("data-compare", String(runs.length));
+    var clock = EV.el("button", { id: "clock", type: "button" });
+    function show() {
+      clock.textContent = EV.tz === "utc" ? "UTC" : "local";
+      clock.title = "Times in every frame: " + EV.tzName() + ". Click for " + (EV.tz === "utc" ? "local time" : "UTC") + ".";
+      document.body.setAttribute("data-clock", EV.tz);
+    }
+    // one clock for every frame: the frames follow the choice through localStorage's storage event
+    clock.addEventListener("click", function () { EV.setClock(EV.tz === "utc" ? "local" : "utc"); show(); });
+    window.addEventListener("storage", function (e) { if (e.key === "evlog-clock") { EV.tz = e.newValue === "local" ? "local" : "utc"; show(); } });
     document.body.appendChild(EV.el("header", {}, [EV.el("h1", {}, "evlog"),
       EV.el("span", { "class": "muted" }, runs.length + " runs side by side; each has its own run selector"),
-      EV.el("span", { "class": "spacer" }), EV.el("a", { href: location.pathname }, "one run")]));
+      EV.el("span", { "class": "spacer" }), EV.el("label", {}, ["clock ", clock]), EV.el("a", { href: location.pathname }, "one run")]));
+    show();
     var grid = EV.el("div", { "class": "compare", style: "grid-template-columns: repeat(" + runs.length + ", 1fr)" });
     runs.forEach(function (r) {
       grid.appendChild(EV.el("iframe", { src: location.pathname + "?run=" + encodeURIComponent(r), title: "run " + r }));

@@ -14,8 +14,10 @@ EV.api = function (path, params) {
   });
   var url = path + (q.toString() ? "?" + q : "");
   var headers = EV.token ? { Authorization: "Bearer " + EV.token } : {};
+  var gen = EV.runGeneration;
   return fetch(url, { headers: headers, cache: "no-store" }).then(function (r) {
     return r.json().catch(function () { return {}; }).then(function (data) {
+      if (gen !== EV.runGeneration) throw { stale: true, status: 0 };  // asked before the run shown changed
       if (!r.ok) {
         if (r.status === 401 && EV.askToken) EV.askToken();
         throw { status: r.status, data: data };
@@ -47,18 +49,62 @@ EV.setClock = function (tz) { EV.tz = tz === "local" ? "local" : "utc"; localSto
 
 EV.clock = function (secs, withDate) {
   if (secs === null || secs === undefined) return "-";
-  var ms = secs * 1000;
+  var ms = Math.round(secs * 1000);  // to the nearest ms (a Date would cut 0.3999999 s to 0.399)
   if (EV.tz === "local") ms -= new Date(ms).getTimezoneOffset() * 60000;  // ISO text of the local time
   var iso = new Date(ms).toISOString();
   return withDate ? iso.replace("T", " ").slice(0, 23) : iso.slice(11, 23);
 };
 
-/** A time axis tick: offsets from the start for a run under 2 s, else the clock (ms under 2 min). */
-/** How many parts a time axis of ``px`` pixels is cut into: a label (up to 12 characters) every 110 px, 2 to 6. */
+/** How many parts a time axis of ``px`` pixels is cut into: a label (up to 15 characters) every 110 px, 2 to 6. */
 EV.tickCount = function (px) { return Math.max(2, Math.min(6, Math.floor(px / 110))); };
 
-EV.tick = function (secs, t0, span) {
-  return span < 2 ? "+" + EV.duration(secs - t0) : EV.clock(secs).slice(0, span < 120 ? 12 : 8);
+/* Time axis ticks fall on round instants of the page's clock (every 1, 2 or 5 µs ... ms ... s, 10, 15
+   or 30 s, minutes, hours), as many as the axis holds; labels stay wall-clock times at any zoom. */
+var STEPS = [];
+[1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1].forEach(function (d) { STEPS.push(d, 2 * d, 5 * d); });
+STEPS.push(1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400);
+
+/** The tick step (seconds) for [min, max] cut into about ``n`` parts. */
+EV.tickStep = function (min, max, n) {
+  var want = (max - min) / Math.max(1, n);
+  for (var i = 0; i < STEPS.length; i++) if (STEPS[i] >= want) return STEPS[i];
+  return Math.ceil(want / 86400) * 86400;
+};
+
+/** Ticks (seconds) at multiples of the step on the page's clock, within [min, max]. */
+EV.ticks = function (min, max, n) {
+  if (!(max > min)) return [min];
+  var step = EV.tickStep(min, max, n), off = 0;
+  if (EV.tz === "local") off = -new Date(min * 1000).getTimezoneOffset() * 60;  // round on the local clock
+  var out = [], k = Math.ceil((min + off) / step - 1e-9);
+  for (var t = k * step - off; t <= max + 1e-9 && out.length < 50; t = (++k) * step - off) out.push(t);
+  return out;
+};
+
+/** A tick's label: the wall-clock time to the precision its step needs (HH:MM, HH:MM:SS, .mmm, .mmmuuu). */
+EV.tick = function (secs, step) {
+  var txt = EV.clock(secs);  // HH:MM:SS.mmm
+  if (step >= 60 && step % 60 === 0) return txt.slice(0, 5);
+  if (step >= 1) return txt.slice(0, 8);
+  if (step >= 1e-3) return txt.slice(0, step >= 0.1 ? 10 : step >= 0.01 ? 11 : 12);
+  var all = Math.round(secs * 1e6), us = ((all % 1000) + 1000) % 1000;
+  return EV.clock((all - us) / 1e6).slice(0, 12) + String(us).padStart(3, "0");
+};
+
+/** Labels of y-axis values, as many decimals as tell neighbouring ticks apart (94.85, 94.90, 94.95). */
+EV.axisNumbers = function (vals, unit) {
+  var nums = vals.filter(function (v) { return v !== null && isFinite(v); });
+  var top = nums.reduce(function (a, v) { return Math.max(a, Math.abs(v)); }, 0);
+  var step = Infinity;
+  for (var i = 1; i < nums.length; i++) if (nums[i] !== nums[i - 1]) step = Math.min(step, Math.abs(nums[i] - nums[i - 1]));
+  var bytes = unit === "bytes", names = bytes ? ["B", "kB", "MB", "GB", "TB"] : ["", "k", "M", "G", "T"], p = 0;
+  while (top >= 1000 && p < names.length - 1) { top /= 1000; p++; }
+  var div = Math.pow(1000, p);
+  var dec = isFinite(step) ? Math.max(0, Math.min(6, Math.ceil(-Math.log10(step / div) - 1e-9))) : 0;
+  return vals.map(function (v) {
+    if (v === null || !isFinite(v)) return "";
+    return (v / div).toFixed(dec) + (bytes ? " " + names[p] : names[p]);
+  });
 };
 
 /** A number for an axis label: 1.2k, 3.4M, ...; bytes as kB, MB, GB. */

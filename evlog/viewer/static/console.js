@@ -39,6 +39,13 @@
     });
   };
 
+  /** Another run is shown: its own streams (process ids differ from run to run), no search. */
+  EV.resetConsole = function () {
+    filter.q = ""; filter.key = "";
+    $("console-q").value = "";
+    $("console-lines").removeAttribute("data-seen");
+  };
+
   var typing = null;
   $("console-q").addEventListener("input", function (e) {
     clearTimeout(typing);
@@ -46,25 +53,37 @@
   });
   $("console-stream").addEventListener("change", function (e) { filter.key = e.target.value; EV.refreshConsole(); });
 
-  var ORDER = ["memory", "erred", "forgotten", "released", "processing", "waiting", "no-worker", "unknown"];
-  var COLOURS = { memory: "#4e79a7", erred: "#d0312d", forgotten: "#bab0ac", released: "#bab0ac" };
+  // Dask's progress bars: per prefix, its tasks in memory, erred, processing, queued and waiting, against its own total
+  var ORDER = ["memory", "erred", "processing", "queued", "no-worker", "waiting", "released"];
+  var COLOURS = { erred: "#d0312d", queued: "#9aa3b0", "no-worker": "#e8a33d", waiting: "#c5cad3", released: "#e2e5ea" };
+  var NAMES = { memory: "in memory", "no-worker": "no worker" };
 
-  /** One bar per prefix: its tasks finished so far, by final state (hover for the counts). */
+  function colourOf(state, prefix) { return COLOURS[state] || EV.prefixColour(prefix); }
+
+  /** One bar per prefix, the whole width its own total: the tasks by state (hover a segment for its count). */
   EV.refreshProgress = function () {
     return EV.api("api/progress").then(function (d) {
       $("progress-section").hidden = !d.prefixes.length;
       var el = $("progress");
       el.innerHTML = "";
-      var most = d.prefixes.reduce(function (a, p) { return Math.max(a, p.total); }, 1);
+      var legend = EV.el("div", { "class": "progress-legend" }, "states:");
+      ORDER.forEach(function (s) {
+        legend.appendChild(EV.el("i", { "data-state": s, style: "background:" + (COLOURS[s] || "#4e79a7") + (s === "processing" ? ";opacity:.45" : "") }));
+        legend.appendChild(document.createTextNode(NAMES[s] || s));
+      });
+      el.appendChild(legend);
       d.prefixes.forEach(function (p) {
-        var bar = EV.el("div", { "class": "bar", style: "width:" + (100 * p.total / most).toFixed(2) + "%" });
+        var bar = EV.el("div", { "class": "bar", style: "width:100%" });
         var states = Object.keys(p.states).sort(function (a, b) { return ORDER.indexOf(a) - ORDER.indexOf(b); });
         states.forEach(function (s) {
-          bar.appendChild(EV.el("i", { "data-state": s, title: s + ": " + EV.num(p.states[s]),
-            style: "width:" + (100 * p.states[s] / p.total).toFixed(2) + "%;background:" + (COLOURS[s] || EV.prefixColour(p.prefix)) }));
+          bar.appendChild(EV.el("i", { "data-state": s, title: (NAMES[s] || s) + ": " + EV.num(p.states[s]) + " of " + EV.num(p.total),
+            style: "width:" + (100 * p.states[s] / Math.max(1, p.total)).toFixed(2) + "%;background:" + colourOf(s, p.prefix) }));
         });
-        var text = states.map(function (s) { return EV.num(p.states[s]) + " " + s; }).join(" · ");
-        el.appendChild(EV.el("div", { "class": "progress-row", "data-prefix": p.prefix }, [
+        var done = (p.states.memory || 0) + (p.states.erred || 0);
+        var text = EV.num(done) + " / " + EV.num(p.total) + " done" + states.filter(function (s) { return s !== "memory"; })
+          .map(function (s) { return " · " + EV.num(p.states[s]) + " " + (NAMES[s] || s); }).join("");
+        el.appendChild(EV.el("div", { "class": "progress-row", "data-prefix": p.prefix, "data-total": p.total,
+          "data-source": p.source }, [
           EV.el("span", { "class": "name" }, [EV.el("i", { style: "background:" + EV.prefixColour(p.prefix) }), p.prefix]),
           EV.el("span", { "class": "track" }, bar), EV.el("span", { "class": "count" }, text)]));
       });

@@ -99,6 +99,9 @@
     if (this.data) this.draw();
   };
 
+  /** The time axis as drawn: [[seconds, label], ...]. */
+  Gantt.prototype.ticks = function () { return this.drawnTicks || []; };
+
   /** The lanes' labels as drawn (tests and the tooltip): [{full, lines: [text, ...]}]. */
   Gantt.prototype.labels = function () { return this.drawnLabels || []; };
 
@@ -204,13 +207,16 @@
     var y0 = n * lh + 2;
     g.strokeStyle = "#c5cad3"; g.lineWidth = 1;
     g.beginPath(); g.moveTo(GUTTER, y0); g.lineTo(this.width - 8, y0); g.stroke();
-    var ticks = EV.tickCount(this.width - GUTTER), span = d.t1 - d.t0;
+    var parts = EV.tickCount(this.width - GUTTER), step = EV.tickStep(d.t0, d.t1, parts);
+    var ticks = EV.ticks(d.t0, d.t1, parts);
     g.fillStyle = "#6b7385";
-    for (var t = 0; t <= ticks; t++) {
-      var ts = d.t0 + span * t / ticks, x = this._x(ts);
+    this.drawnTicks = [];
+    for (var t = 0; t < ticks.length; t++) {  // round instants of the page's clock, wall-clock labels
+      var ts = ticks[t], x = this._x(ts);
       g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y0 + 4); g.stroke();
-      var txt = EV.tick(ts, d.t0, span), tw = g.measureText(txt).width;
+      var txt = EV.tick(ts, step), tw = g.measureText(txt).width;
       g.fillText(txt, Math.max(GUTTER - tw / 2, Math.min(x - tw / 2, this.width - tw - 2)), y0 + 15);
+      this.drawnTicks.push([ts, txt]);
     }
     if (this.drag) {
       g.fillStyle = "rgba(91,141,239,.18)";
@@ -232,7 +238,8 @@
     }
     if (best === null) return null;
     var bar = d.bars[best];
-    return { index: best, id: bar[5], prefix: d.prefixes[bar[3]], start: bar[0], end: bar[1], error: !!bar[4], lane: d.lanes[bar[2]] };
+    return { index: best, id: bar[5], key: bar[6] || "", prefix: d.prefixes[bar[3]], start: bar[0], end: bar[1],
+      error: !!bar[4], lane: d.lanes[bar[2]] };
   };
 
   Gantt.prototype._hover = function (p) {
@@ -257,7 +264,8 @@
     var h = this.hit(p);
     if (!h) { this.tip.hidden = true; return; }
     this.tip.hidden = false;
-    this.tip.textContent = h.prefix + " · " + EV.duration(h.end - h.start) + (h.error ? " · error" : "") +
+    this.tip.textContent = (h.key && h.key !== h.prefix ? h.key + " · " : "") + h.prefix + " · " +
+      EV.duration(h.end - h.start) + (h.error ? " · error" : "") +
       (this.marked && this.marked.has(h.id) ? " · critical path" : "") + " · " + laneLabel(h.lane);
     this.tip.style.left = Math.min(p.x + 12, this.width - 380) + "px";
     this.tip.style.top = (p.y + 14) + "px";

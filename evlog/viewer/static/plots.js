@@ -10,7 +10,7 @@
 
   function widthOf(el) { return Math.max(260, (el.clientWidth || 420) - 4); }
 
-  function upsert(id, holder, sig, makeOpts, data) {
+  function upsert(id, holder, sig, makeOpts, data, plot) {
     var c = charts[id];
     if (c && c.sig === sig && c.holder === holder && document.body.contains(holder)) {
       c.u.setData(data);
@@ -19,7 +19,7 @@
     if (c) c.u.destroy();
     holder.innerHTML = "";
     var u = new uPlot(makeOpts(widthOf(holder)), data, holder);
-    charts[id] = { u: u, sig: sig, holder: holder };
+    charts[id] = { u: u, sig: sig, holder: holder, plot: plot };
     return u;
   }
 
@@ -27,20 +27,24 @@
 
   var stepped = uPlot.paths && uPlot.paths.stepped ? uPlot.paths.stepped({ align: 1 }) : null;
 
+  /** A y axis as wide as its longest label ("33.320 MB" needs more room than "2"). */
+  function axisSize(u, values) {
+    var longest = (values || []).reduce(function (a, v) { return Math.max(a, String(v).length); }, 0);
+    return Math.max(40, Math.min(110, 7 * longest + 18));
+  }
+
   /** The x axis of a time plot: the Gantt's range and clock, drag to zoom everything. */
   function timeAxis(unit) {
     return {
       scales: { x: { time: false, range: function (u, min, max) { return EV.timeRange ? EV.timeRange.slice() : [min, max]; } } },
       axes: [
-        { splits: function (u, i, min, max) {  // the Gantt's ticks: the range in equal parts, as many as fit
-          var out = [], n = EV.tickCount(u.width - 64);
-          for (var k = 0; k <= n; k++) out.push(min + (max - min) * k / n);
-          return out;
+        { splits: function (u, i, min, max) {  // the Gantt's ticks: round instants of the page's clock
+          return EV.ticks(min, max, EV.tickCount(u.width - 64));
         }, values: function (u, splits) {
-          var sc = u.scales.x, span = sc.max - sc.min;
-          return splits.map(function (v) { return EV.tick(v, sc.min, span); });
+          var sc = u.scales.x, step = EV.tickStep(sc.min, sc.max, EV.tickCount(u.width - 64));
+          return splits.map(function (v) { return EV.tick(v, step); });
         } },
-        { size: 64, values: function (u, vals) { return vals.map(function (v) { return EV.short(v, unit); }); } },
+        { size: axisSize, values: function (u, vals) { return EV.axisNumbers(vals, unit); } },
       ],
       cursor: { drag: { x: true, y: false, setScale: false } },
       hooks: { setSelect: [function (u) {
@@ -64,7 +68,17 @@
   EV.plotRanges = function () {
     var out = {};
     Object.keys(charts).forEach(function (id) {
-      if (id.indexOf("plot:") === 0) out[id.slice(5)] = [charts[id].u.scales.x.min, charts[id].u.scales.x.max];
+      if (id.indexOf("plot:") === 0) out[charts[id].plot] = [charts[id].u.scales.x.min, charts[id].u.scales.x.max];
+    });
+    return out;
+  };
+
+  /** {metric name: [worker, ...]}: the plots drawn one small chart per worker. */
+  EV.plotWorkers = function () {
+    var out = {};
+    Object.keys(charts).forEach(function (id) {
+      var c = charts[id];
+      if (id.indexOf("plot:") === 0 && c.worker !== undefined) (out[c.plot] = out[c.plot] || []).push(c.worker);
     });
     return out;
   };
@@ -83,12 +97,18 @@
       var box = root.querySelector('[data-plot="' + p.name + '"]');
       if (!box) {
         box = EV.el("div", { "class": "plot", "data-plot": p.name }, [
-          EV.el("h3", {}, [p.title + " ", EV.el("span", { "class": "muted" }, p.unit)]),
-          EV.el("div", { "class": "holder" }), EV.el("div", { "class": "hint" })]);
+          EV.el("h3"), EV.el("div", { "class": "holder" }), EV.el("div", { "class": "hint" })]);
         root.appendChild(box);
       }
+      var h3 = box.querySelector("h3");  // the title of this run's data (Bytes held / Bytes allocated)
+      h3.innerHTML = "";
+      h3.appendChild(document.createTextNode(p.title + " "));
+      h3.appendChild(EV.el("span", { "class": "muted" }, p.unit));
       var holder = box.querySelector(".holder");
       box.querySelector(".hint").textContent = p.note || "";
+      box.classList.toggle("wide", !!p.per_worker);
+      if (p.per_worker && p.x.length) { perWorker(p, holder, seen); return; }
+      Object.keys(charts).forEach(function (cid) { if (charts[cid].plot === p.name && cid !== id) drop(cid); });
       if (!p.x.length) {
         drop(id);
         holder.innerHTML = "";
@@ -117,7 +137,7 @@
           })),
           legend: { live: true },
         };
-      }, data);
+      }, data, p.name);
     });
     Object.keys(charts).forEach(function (id) {
       if (id.indexOf("plot:") === 0 && !seen[id]) drop(id);
@@ -126,6 +146,84 @@
       if (!seen["plot:" + box.getAttribute("data-plot")]) box.remove();
     });
   };
+
+  var MAX_WORKER_CHARTS = 16;
+  var MEMORY_COLOURS = { managed: "#4e79a7", unmanaged: "#a0cbe8", spilled: "#f28e2b" };
+
+  /** A plot of one series per worker, drawn as one small chart per worker, one above the other, on the
+      same x and y scale: side by side, no worker's line hides another's. Saturation: the worker's busy
+      threads (y up to its thread count) or their share; memory: managed, unmanaged and spilled stacked. */
+  function perWorker(p, holder, seen) {
+    var groups = {}, order = [];
+    p.series.forEach(function (s) {
+      var w = s.worker || s.label;
+      if (!groups[w]) { groups[w] = []; order.push(w); }
+      groups[w].push(s);
+    });
+    var top = p.max || 0;
+    if (!top) p.series.forEach(function (s) {  // a shared y scale: the largest value (memory: the stack's top)
+      var vals = p.stacked ? stackOf(groups[s.worker || s.label]).slice(-1)[0] : s.values;
+      vals.forEach(function (v) { if (v !== null && v > top) top = v; });
+      if (s.threads && s.threads > top) top = s.threads;
+    });
+    var keep = {}, all = order.length;
+    order = order.slice(0, MAX_WORKER_CHARTS);  // a big cluster: the first ones; the selector picks any
+    order.forEach(function (w) {
+      var id = "plot:" + p.name + "@" + w;
+      keep[id] = seen[id] = true;
+      var sub = holder.querySelector('[data-worker="' + CSS.escape(w) + '"]');
+      if (!sub) {
+        sub = EV.el("div", { "class": "worker-plot", "data-worker": w }, [EV.el("div", { "class": "worker-name" }), EV.el("div", { "class": "holder" })]);
+        holder.appendChild(sub);
+      }
+      holder.appendChild(sub);  // in order
+      var ss = groups[w], threads = ss[0].threads;
+      sub.querySelector(".worker-name").textContent = w + (threads ? " · " + threads + " thread" + (threads === 1 ? "" : "s") : "");
+      // stacked (memory): the stack's tops, the topmost drawn first so each band shows below the next
+      var stack = p.stacked ? stackOf(ss) : null;
+      var drawn = ss.map(function (s, k) { return { s: s, vals: stack ? stack[k] : s.values }; });
+      if (stack) drawn.reverse();
+      var sig = ss.map(function (s) { return s.label; }).join("|") + "|" + top + "|" + EV.tz + "|" + order.length;
+      upsert(id, sub.querySelector(".holder"), sig, function (width) {
+        var t = timeAxis(p.unit);
+        t.scales.y = { range: [0, top || 1] };
+        return {
+          width: width, height: Math.max(70, Math.min(120, Math.floor(260 / order.length))), scales: t.scales, axes: t.axes,
+          cursor: t.cursor, hooks: t.hooks, padding: [4, 44, 0, 0],
+          series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(drawn.map(function (d) {
+            var colour = stack ? MEMORY_COLOURS[d.s.label] || EV.colour(d.s.label) : EV.colour(w);
+            return { label: d.s.label === w ? (p.name === "evlog.processor.saturation" ? "busy" : "running") : d.s.label,
+              stroke: colour, fill: stack ? colour : colour.replace("hsl(", "hsla(").replace(")", ",.18)"),
+              width: 1.5, spanGaps: true, points: { show: false }, paths: p.steps && stepped ? stepped : undefined,
+              value: function (u, v, si, di) {  // a band of the stack shows its own value, not the stack's top
+                var own = d.s.values[di];
+                return own === null || own === undefined ? "-" : EV.short(own, p.unit);
+              } };
+          })),
+          legend: { live: true },
+        };
+      }, [p.x].concat(drawn.map(function (d) { return d.vals; })), p.name);
+      charts[id].worker = w;
+    });
+    Object.keys(charts).forEach(function (cid) {
+      if (charts[cid].plot === p.name && !keep[cid]) drop(cid);
+    });
+    Array.from(holder.querySelectorAll(".worker-plot")).forEach(function (sub) {
+      if (!keep["plot:" + p.name + "@" + sub.getAttribute("data-worker")]) sub.remove();
+    });
+    Array.from(holder.children).forEach(function (c) { if (!c.classList.contains("worker-plot")) c.remove(); });
+    if (all > order.length) holder.appendChild(EV.el("div", { "class": "hint" }, "the first " + order.length + " of " + all +
+      " workers; the worker selector shows any one"));
+  }
+
+  /** Running sums of one worker's series (managed, managed + unmanaged, ... ): the tops of the stack. */
+  function stackOf(ss) {
+    var acc = null;
+    return ss.map(function (s) {
+      acc = s.values.map(function (v, i) { return (acc ? acc[i] || 0 : 0) + (v || 0); });
+      return acc;
+    });
+  }
 
   /** Click: show only this series (click it again: all). Ctrl/Cmd+click: turn this one on or off. */
   function legend(u, keys, el) {

@@ -32,10 +32,14 @@
       " · critical path " + pct(c.critical_path_share) +
       (c.stragglers.length ? " · " + n(c.stragglers.length, "straggler") : "") +
       (c.failures.length ? " · " + c.failures.length + " failed" : "")]));
+    var wall = c.critical_path_wall_s || c.wall_s;
     d.appendChild(EV.el("h4", {}, "Critical path: " + n(c.critical_path.length, "task") + ", " + EV.duration(c.critical_path_s) +
-      " of " + EV.duration(c.wall_s) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
+      " of " + EV.duration(wall) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
+    // a task made by an earlier client call (futures) names that call; start: signed from this call's start
     var t = EV.table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], c.critical_path.map(function (r, i) {
-      return [String(i + 1), keyLink(r.key), r.prefix, r.worker || "", "+" + EV.duration(Math.max(0, r.start - c.start)),
+      var off = r.start - c.start, other = r.computation && r.computation !== c.name;
+      return [String(i + 1), other ? EV.el("span", {}, [keyLink(r.key), EV.el("span", { "class": "muted" }, " (" + r.computation + ")")]) : keyLink(r.key),
+        r.prefix, r.worker || "", (off < 0 ? "−" : "+") + EV.duration(Math.abs(off)),
         secs(r.queued_s), secs(r.transfer_s), r.erred ? "(erred)" : secs(r.compute_s)];
     }));
     t.classList.add("critical-path");
@@ -133,21 +137,35 @@
 
   function load() {
     last = Date.now();
-    busy = EV.api("api/report").then(function (rep) {
+    var mine = busy = EV.api("api/report").then(function (rep) {
       EV.report = rep;
       EV.renderReport($("report"), rep);
       apply(rep);
       $("report-section").setAttribute("data-loaded", "1");
-    }).then(function () { busy = null; }, function (e) {
-      busy = null;
+    }).then(function () { if (busy === mine) busy = null; }, function (e) {
+      if (busy === mine) busy = null;
+      if (e && e.stale) return;  // the run shown changed meanwhile: resetReport asked again
       if (!(e && e.status === 401)) {
         $("report").innerHTML = "";
         $("report").appendChild(EV.el("p", { "class": "error" }, "The report failed: " + ((e && e.data && e.data.error) || (e && e.status) || e)));
       }
       throw e;
     });
-    return busy;
+    return mine;
   }
+
+  /** Another run is shown: its analysis at once, and nothing of the previous run meanwhile. */
+  EV.resetReport = function () {
+    clearTimeout(timer);
+    last = 0; busy = null; EV.report = null;
+    $("report-section").removeAttribute("data-loaded");
+    $("report").innerHTML = "";
+    $("report").appendChild(EV.el("p", { "class": "muted" }, "Analysing…"));
+    apply({});
+  };
+
+  /** The clock changed: the report is drawn again from the analysis it has. */
+  EV.rerenderReport = function () { if (EV.report) EV.renderReport($("report"), EV.report); };
 
   /** Called on every dashboard refresh: loads the report now, or once 15 s have passed since the last load. */
   EV.refreshReport = function () {
