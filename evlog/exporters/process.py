@@ -56,8 +56,10 @@ def _builders(logs=None):
     def console(meta, resource):
         return console_relay.ConsoleLogs(meta, resource, logs)
 
+    from . import profiles  # issue 31: task profiles -> evlog.profile log records, in a pipeline of their own
+
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
-            console_relay.KIND: console}
+            console_relay.KIND: console, profiles.KIND: profiles.ProfileLogs}
 
 
 class _Client:
@@ -548,7 +550,9 @@ def main() -> None:
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
         _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, (deadline - time.monotonic()) / 2)),
                  "evlog-span-processors-end")
-    _finish((pipeline, logs), max(0.2, deadline - time.monotonic()))
+    from . import profiles  # issue 31: the task profiles' own logs pipeline, finished beside the others
+
+    _finish((pipeline, logs, *profiles.pipelines()), max(0.2, deadline - time.monotonic()))
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import traceback
 from time import time_ns as _time_ns
@@ -28,6 +29,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 from evlog import records
 
 from . import pool_spans
+from .profile_records import Task as _Task  # issue 31: the task profiler
+from .profiler import enter as _profile_enter
+from .profiler import leave_span as _profile_leave
+
+_POOL = _Task.POOL.value
+_getframe = sys._getframe
 
 _getrandbits = random.getrandbits
 _FLAGS = (TraceFlags(0), TraceFlags(1))
@@ -170,6 +177,9 @@ class TaskSpan(trace.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else _time_ns()
+        top = _profile_leave(self.context.span_id)  # issue 31: the task's hottest functions, or None
+        if top is not None:
+            self._own()["evlog.profile.top"] = top
         for p in _consumers():
             p.on_end(self)
         sc, parent = self.context, self.parent
@@ -225,6 +235,8 @@ def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
     if sampled <= 0:
         return NonRecordingSpan(sc)
     span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
+    # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame running the task
+    _profile_enter(_POOL, attributes.get("code.function.name") or name, trace_id, sc.span_id, _getframe(2))
     for p in _consumers():
         p.on_start(span, parent_context=parent)
     return span
