@@ -235,8 +235,11 @@ def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
     if sampled <= 0:
         return NonRecordingSpan(sc)
     span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
-    # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame running the task
-    _profile_enter(_POOL, attributes.get("code.function.name") or name, trace_id, sc.span_id, _getframe(2))
+    # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame that calls the
+    # task (_context's Task.__call__ or runner, which call this directly or through _begin)
+    stop = _getframe(1)
+    _profile_enter(_POOL, attributes.get("code.function.name") or name, trace_id, sc.span_id,
+                   stop.f_back if stop.f_code.co_name == "_begin" else stop)
     for p in _consumers():
         p.on_start(span, parent_context=parent)
     return span
