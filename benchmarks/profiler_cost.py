@@ -3,7 +3,7 @@ default, 10 ms) against evlog without it (off), and the profiler's own CPU per s
 
 Two apps run side by side for the whole benchmark, both under `evlog-instrument` exporting over OTLP/gRPC
 to a receiver in this process, each with its own LocalCluster (2 worker processes x 1 thread); they take
-rounds in turn (A B A B ...), the idle one frozen, as in dask_overhead.py (whose App and receiver this
+rounds in turn (A B, then B A, ...), the idle one frozen, as in dask_overhead.py (whose App and receiver this
 uses). Two kinds of round:
 - trivial: client.map of N trivial tasks (tasks/s): the profiler's thread wakes every 10 ms but a task
   is rarely long enough to be sampled;
@@ -104,7 +104,7 @@ def main() -> None:
         try:
             for i in range(pairs):
                 for kind, n in (("trivial", trivial), ("busy", busy)):
-                    for name in ("off", "on"):
+                    for name in (("off", "on") if i % 2 == 0 else ("on", "off")):  # A B B A: no order effect
                         rows[(name, kind)].append(apps[name].round(f"{kind} {n}")["rate"])
                 print(f"# pair {i + 1}: trivial off {rows[('off', 'trivial')][-1]:.1f}, on {rows[('on', 'trivial')][-1]:.1f}; "
                       f"busy off {rows[('off', 'busy')][-1]:.1f}, on {rows[('on', 'busy')][-1]:.1f} tasks/s", flush=True)

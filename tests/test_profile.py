@@ -338,13 +338,19 @@ def test_the_builder_makes_one_record_per_prefix_and_leaves_dasks_frames_out():
     assert [f[0] for f in st] == ["crunch", "Task.__call__", "_run_task", "?"]  # an unknown frame stops the cut
 
 
-def test_profile_interval_values():
+def test_profile_interval_values(tmp_path):
     from evlog import config
 
-    assert config.load({"EVLOG_PROFILE_INTERVAL": "25ms"}).profile_interval == 0.025
-    assert config.load({"EVLOG_PROFILE_INTERVAL": "off"}).profile_interval is None
-    assert config.load({}).profile_interval == 0.01
-    s = config.load({"EVLOG_PROFILE_INTERVAL": "fast"})
+    (tmp_path / "evlog.yaml").write_text("profile_interval: off\n")  # YAML reads a bare off as false
+    assert config.load({}, cwd=str(tmp_path)).profile_interval is None
+    (tmp_path / "evlog.yaml").write_text("profile_interval: 50ms\n")
+    assert config.load({}, cwd=str(tmp_path)).profile_interval == 0.05
+    assert config.load({"EVLOG_PROFILE_INTERVAL": "0.02s"}, cwd=str(tmp_path)).profile_interval == 0.02  # variable wins
+
+    assert config.load({"EVLOG_PROFILE_INTERVAL": "25ms"}, cwd="/nonexistent").profile_interval == 0.025
+    assert config.load({"EVLOG_PROFILE_INTERVAL": "off"}, cwd="/nonexistent").profile_interval is None
+    assert config.load({}, cwd="/nonexistent").profile_interval == 0.01
+    s = config.load({"EVLOG_PROFILE_INTERVAL": "fast"}, cwd="/nonexistent")
     assert s.profile_interval == 0.01 and "EVLOG_PROFILE_INTERVAL" in s.problems[0] and "'fast'" in s.problems[0]
 
 
