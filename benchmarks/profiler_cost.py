@@ -124,7 +124,7 @@ def main() -> None:
     for kind, n in (("trivial", trivial), ("busy", busy)):
         p, e = statistics.median(rows[("off", kind)]), statistics.median(rows[("on", kind)])
         what = "trivial tasks" if kind == "trivial" else "tasks of 5 ms of Python each"
-        print(f"profile.{kind}: ratio {e / p:.3f} (plain {p:.1f}, evlog {e:.1f}, tasks/s; 'plain' is evlog with "
+        print(f"profiler_cost.{kind}: ratio {e / p:.3f} (plain {p:.1f}, evlog {e:.1f}, tasks/s; 'plain' is evlog with "
               f"EVLOG_PROFILE_INTERVAL=off, 'evlog' with the profiler at 10 ms; client.map of {n} {what}, "
               f"2 worker processes, {pairs} pairs of rounds)")
     samples = sum(s.get("samples", 0) for s in stats)
@@ -132,10 +132,10 @@ def main() -> None:
     ticks = sum(s.get("ticks", 0) for s in stats)
     skipped = sum(s.get("skipped", 0) for s in stats)
     per = cpu / samples * 1e6 if samples else 0.0
-    print(f"profile.cpu_per_sample: {per:.1f} us of the sampling thread's CPU per stack sampled ({samples:,} samples "
+    print(f"profiler_cost.cpu_per_sample: {per:.1f} us of the sampling thread's CPU per stack sampled ({samples:,} samples "
           f"in {ticks:,} ticks, {skipped:,} skipped, {cpu * 1e3:.0f} ms of CPU, both workers)")
     tops, profiles = _arrived(receiver)
-    print(f"profile.proof: the profiled app delivered {tops:,} task spans with evlog.profile.top and {profiles:,} "
+    print(f"profiler_cost.proof: the profiled app delivered {tops:,} task spans with evlog.profile.top and {profiles:,} "
           f"evlog.profile log records")
 
 

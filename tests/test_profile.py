@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import os
 import subprocess
 import threading
 from concurrent import futures
@@ -180,6 +181,12 @@ def test_the_report_names_each_prefixs_hottest_function_with_file_line_self_and_
     assert any("slow_parse_inner (tasks.py:" in a and "parse" in a for a in rep["advice"]), rep["advice"]
     text = _report(dask_run["run_dir"], "text")
     assert "Hottest functions of parse" in text and "slow_parse_inner" in text and "crunch_numbers" in text
+    html = os.path.join(dask_run["run_dir"], "report.html")
+    out = subprocess.run([PYTHON, "-m", "evlog.cli", "report", dask_run["run_dir"], "--format", "html", "-o", html],
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    page = open(html, encoding="utf-8").read()
+    assert "Hottest functions of parse" in page and '<table class="profile">' in page and "slow_parse_inner" in page
 
 
 @pytest.mark.slow
@@ -381,3 +388,43 @@ def test_a_task_threads_top_functions_are_its_self_samples(monkeypatch):
     top = profiler.leave(slot)
     assert top is not None and top.split(" ")[0].endswith("<locals>.hot"), top
     assert profiler.stats()["samples"] > 0 and threading.get_ident() not in profiler._active
+
+
+@pytest.mark.slow
+def test_evlog_serve_stores_the_profiles_its_dashboard_and_report_read_them(tmp_path):
+    """Over OTLP/gRPC into `evlog serve`: the same flame graphs and report as from a run folder."""
+    from test_serve import Serve
+
+    db = str(tmp_path / "serve.sqlite")
+    serve = Serve(db)
+    try:
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{serve.grpc}", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+               "OTEL_EXPORTER_OTLP_INSECURE": "true", "OTEL_METRICS_EXPORTER": "none"}
+        _run(tmp_path, DASK_APP, env, "8")
+        prof = serve.wait(lambda: (lambda p: p if {x["label"] for x in p["labels"]} >= {"parse", "crunch"} else None)(
+            serve.get("api/profile?label=parse")), timeout=60, what="both prefixes' profiles")
+        assert prof["label"] == "parse" and prof["samples"] > 0 and prof["tree"]["name"] == "parse"
+        names = []
+        todo = [prof["tree"]]
+        while todo:
+            node = todo.pop()
+            names.append(node["name"])
+            todo += node.get("children", [])
+        assert any(n.startswith("slow_parse_inner (tasks.py:") for n in names), names
+    finally:
+        serve.proc.terminate()
+        serve.proc.wait(30)
+    out = subprocess.run([PYTHON, "-m", "evlog.cli", "report", "--db", db, "--format", "json"], capture_output=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    tops = {p: s["profile"]["top"][0]["function"] for c in json.loads(out.stdout)["computations"]
+            for p, s in c["prefixes"].items() if "profile" in s}
+    assert tops == {"parse": "slow_parse_inner", "crunch": "crunch_numbers"}
+
+
+@pytest.mark.slow
+def test_evlog_events_leaves_the_profile_records_out(dask_run):
+    out = subprocess.run([PYTHON, "-m", "evlog.cli", "events", dask_run["run_dir"]], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode(errors="replace")
+    text = out.stdout.decode()
+    assert "add-client" in text and "evlog.profile" not in text  # the cluster's events, not the pprof bodies

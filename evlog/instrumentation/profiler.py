@@ -57,10 +57,14 @@ def enter(kind: int, label: str, trace_id: int, span_id: int, stop_frame) -> Slo
     s = _sampler[0] if _sampler else _start()
     if s is None:
         return None
-    ident = _get_ident()
-    slot = Slot(kind, label, trace_id, span_id, ident, stop_frame, _active.get(ident))
-    _active[ident] = slot
-    return slot
+    try:
+        ident = _get_ident()
+        slot = Slot(kind, label, trace_id, span_id, ident, stop_frame, _active.get(ident))
+        _active[ident] = slot
+        return slot
+    except Exception as exc:  # never into the task
+        _report.warn_once("profile-enter", f"a task could not be profiled: {exc!r}")
+        return None
 
 
 def leave(slot: Slot | None) -> str | None:
@@ -68,14 +72,19 @@ def leave(slot: Slot | None) -> str | None:
     it got no sample."""
     if slot is None:
         return None
-    ident = slot.thread
-    if _active.get(ident) is slot:
-        if slot.prev is not None:
-            _active[ident] = slot.prev
-        else:
-            del _active[ident]
-    leaf = slot.leaf
-    return top_text(leaf) if leaf else None
+    try:
+        ident = slot.thread
+        if _active.get(ident) is slot:
+            if slot.prev is not None:
+                _active[ident] = slot.prev
+            else:
+                del _active[ident]
+        slot.stop = slot.prev = None  # the task's frame (and its arguments) need not outlive it
+        leaf = slot.leaf
+        return top_text(leaf) if leaf else None
+    except Exception as exc:  # never into the task's own outcome
+        _report.warn_once("profile-leave", f"a task's profile could not be read: {exc!r}")
+        return None
 
 
 def leave_span(span_id: int) -> str | None:
