@@ -32,6 +32,7 @@ GOALS = {  # what each benchmark is held to (from the issues)
     "consumers": "the default consumer set adds at most 2 us per span",
     "console": "at least 0.8 of plain throughput printing 200,000 lines, every line exported",
     "serve": "at least 20,000 spans/s stored by evlog serve",
+    "profiler_cost": "with the task profiler at 10 ms, at least 0.98 of the Dask throughput without it",
     "trace_shape": "no trace over 5,000,000 bytes of protobuf or 10,000 spans, every execute span delivered",
     "user_spans": "a loop of the program's own spans at least 0.9 of the plain SDK's, every span delivered",
     "exit": "a 2-worker spawn pool exits within 1.5 s of its last line with a collector refusing connections",

@@ -43,6 +43,7 @@ SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", 
             "parentbased_traceidratio")
 DEFAULT_SAMPLER = "parentbased_always_on"
 _FACTORY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")  # span_processors entries
+PROFILE_INTERVAL = 0.01  # EVLOG_PROFILE_INTERVAL's default: 10 ms, as Dask's own profiler
 DASK_TRACE_TASKS = 2000  # about 3 MB of protobuf per trace for trivial tasks (evlog/instrumentation/dask_shape.py)
 
 # variable -> YAML key
@@ -56,6 +57,7 @@ _KEYS = {
     "EVLOG_POOL_SPANS": "pool_spans",
     "EVLOG_SPAN_PROCESSORS": "span_processors",
     "EVLOG_SUMMARY": "summary",
+    "EVLOG_PROFILE_INTERVAL": "profile_interval",
 }
 
 
@@ -130,6 +132,7 @@ class Settings(_Record):
         "span_processors": (),  # module:attribute factories run in the run's exporter process
         "python_logging": 30,  # Python logging records at this level and above become OTel log records; None: off
         "summary": True,
+        "profile_interval": PROFILE_INTERVAL,  # seconds between profiler samples of task threads; None: off
         "sdk_disabled": False,
         "disabled_instrumentations": frozenset(),
         "exporters": Exporters,
@@ -149,6 +152,7 @@ class Settings(_Record):
     span_processors: tuple[str, ...]
     python_logging: int | None
     summary: bool
+    profile_interval: float | None
     sdk_disabled: bool
     disabled_instrumentations: frozenset[str]
     exporters: Exporters
@@ -160,6 +164,24 @@ class Settings(_Record):
     def instrumentation_enabled(self, name: str) -> bool:
         d = self.disabled_instrumentations
         return not ("*" in d or name in d or f"evlog_{name}" in d)
+
+
+def parse_interval(raw: Any) -> float | None | bool:
+    """EVLOG_PROFILE_INTERVAL: ``10ms``, ``0.02s``, a bare number of milliseconds, or off (None); False
+    when it is none of these or outside 1 ms to 10 s."""
+    if raw is False or (isinstance(raw, str) and raw.strip().lower() in ("off", "false", "none", "0")):
+        return None  # YAML reads a bare `off` as false
+    text = str(raw).strip().lower() if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else ""
+    scale = 1e-3
+    if text.endswith("ms"):
+        text = text[:-2]
+    elif text.endswith("s"):
+        text, scale = text[:-1], 1.0
+    try:
+        value = float(text) * scale
+    except ValueError:
+        return False
+    return value if 1e-3 <= value <= 10.0 else False
 
 
 def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settings:
@@ -252,6 +274,14 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
         else:
             problems.append(f"{where}: expected module:attribute names (a comma list or a list), got {raw!r}; "
                             "ignoring it")
+    if "profile_interval" in values:
+        raw, where = values["profile_interval"]
+        interval = parse_interval(raw)
+        if interval is False:
+            problems.append(f"{where}: expected an interval like 10ms or 0.05s (1 ms to 10 s), or off, got {raw!r}; "
+                            "using 10ms")
+        else:
+            kw["profile_interval"] = interval
     if "pool_spans" in values:
         raw, where = values["pool_spans"]
         mode = raw.strip().lower() if isinstance(raw, str) else None

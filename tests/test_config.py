@@ -62,7 +62,7 @@ def test_unknown_yaml_keys_are_named_with_the_closest_known_key(tmp_path):
     assert s.problems == (
         f"{f}, line 1: unknown key 'captur' (did you mean 'capture'?); ignoring it",
         f"{f}, line 2: unknown key 'foo' (known keys: run_dir, capture, consumers, redact, dask_transitions, "
-        "dask_trace_tasks, pool_spans, span_processors, summary); ignoring it",
+        "dask_trace_tasks, pool_spans, span_processors, summary, profile_interval); ignoring it",
         f"{f}, line 3: unknown key 'EVLOG_SUMARY' (did you mean 'summary'?); ignoring it",
         f"{f}, line 4, capture: unknown key 'mdoe' (did you mean 'mode'?); ignoring it",
     )

@@ -59,8 +59,10 @@ def _builders(logs=None, metrics=None):
     def console(meta, resource):
         return console_relay.ConsoleLogs(meta, resource, logs, metrics)
 
+    from . import profiles  # issue 31: task profiles -> evlog.profile log records, in a pipeline of their own
+
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
-            console_relay.KIND: console,
+            console_relay.KIND: console, profiles.KIND: profiles.ProfileLogs,
             sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
             sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),
             sdk_rebuild.METRICS: lambda meta, resource: sdk_rebuild.Metrics(resource, metrics)}
@@ -663,7 +665,9 @@ def main() -> None:
         builder.host.send(ended)
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
         _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
-    _finish(builder.pipelines, clock)
+    from . import profiles  # issue 31: the task profiles' own logs pipeline, finished beside the others
+
+    _finish((*builder.pipelines, *profiles.pipelines()), clock)
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import threading
 import traceback
 from time import time_ns as _time_ns
@@ -27,6 +28,12 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status,
 
 from evlog import kinds, records
 
+from .profile_records import Task as _Task  # issue 31: the task profiler
+from .profiler import enter as _profile_enter
+from .profiler import leave_span as _profile_leave
+
+_POOL = _Task.POOL.value
+_getframe = sys._getframe
 
 _getrandbits = random.getrandbits
 _FLAGS = (TraceFlags(0), TraceFlags(1))
@@ -169,6 +176,9 @@ class TaskSpan(trace.Span):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else _time_ns()
+        top = _profile_leave(self.context.span_id)  # issue 31: the task's hottest functions, or None
+        if top is not None:
+            self._own()["evlog.profile.top"] = top
         for p in _consumers():
             p.on_end(self)
         sc, parent = self.context, self.parent
@@ -224,6 +234,11 @@ def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
     if sampled <= 0:
         return NonRecordingSpan(sc)
     span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
+    # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame that calls the
+    # task (_context's Task.__call__ or runner, which call this directly or through _begin)
+    stop = _getframe(1)
+    _profile_enter(_POOL, attributes.get("code.function.name") or name, trace_id, sc.span_id,
+                   stop.f_back if stop.f_code.co_name == "_begin" else stop)
     for p in _consumers():
         p.on_start(span, parent_context=parent)
     return span

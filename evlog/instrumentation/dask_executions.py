@@ -7,9 +7,10 @@ consumer in the worker and the exported span agree.
 
 Records (``address`` is the worker's):
 - an execution: ``(EXECUTE, key, prefix, trace_id, span_id, parent, start, stop, thread id, thread name,
-  error, startstops, address)``; parent: ``(trace_id, span_id, trace flags)`` of the client call's span,
+  error, startstops, address, top)``; parent: ``(trace_id, span_id, trace flags)`` of the client call's span,
   or None; error: ``(text, traceback)`` or None; startstops: Dask's other startstops of that run,
-  ``(action, start, stop, source)`` with times in seconds on this machine's clock;
+  ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
+  ``evlog.profile.top`` (evlog/instrumentation/profiler.py) or None;
 - a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Executions:
 
 
 def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
-    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec
+    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:13]
     name = names.get(prefix) if names is not None else None
     if name is None:
         name = f"dask.execute {prefix}"
@@ -63,6 +64,8 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
     if thread is not None:
         attrs["thread.id"] = thread
         attrs["thread.name"] = thread_name
+    if len(rec) > 13 and rec[13]:  # issue 31: the task's hottest functions, from the worker's profiler
+        attrs["evlog.profile.top"] = rec[13]
     events = []
     lo, hi = start, stop
     for action, s0, s1, source in startstops:

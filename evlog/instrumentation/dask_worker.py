@@ -17,6 +17,7 @@ that needed the data; the consumers see a transfer start and end on the worker's
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import weakref
@@ -32,12 +33,15 @@ from evlog.processors.registry import registry as _registry
 from . import dask_context as dc
 from . import dask_executions as dx
 from . import dask_spans as ds
+from .profiler import dask_enter as _profile_enter  # issue 31: the task profiler (which thread runs which span)
+from .profiler import leave as _profile_leave
 
 _attach, _detach = _ctx.attach, _ctx.detach
 _in_context = _trace.set_span_in_context
 _time = time.time
 _time_ns = time.time_ns
 _current_thread = threading.current_thread
+_getframe = sys._getframe
 _histogram: list = []  # the dask.task.duration instrument, made once per process
 _transferred = [0]  # bytes received from other workers by this process's workers (a counter)
 _parsed = ds._parsed  # traceparent -> parent SpanContext
@@ -165,10 +169,10 @@ class WorkerRecorder:
         _start(procs, span)
         return span
 
-    def executed(self, key, ts, sc, parent, n0, msg, delay: float, live=None) -> None:
+    def executed(self, key, ts, sc, parent, n0, msg, delay: float, live=None, top: str | None = None) -> None:
         """``delay``: the worker's scheduler_delay as the task started, the one Dask added to the times in
         ``msg`` (a heartbeat may change it while the task runs; the current one would shift the span);
-        ``live``: the task's LiveSpan, ended now for the consumers."""
+        ``live``: the task's LiveSpan, ended now for the consumers; ``top``: its evlog.profile.top."""
         if live is not None:
             _end(_consumers(), live)
         if ts is None:
@@ -181,7 +185,7 @@ class WorkerRecorder:
             else:
                 err = (str(msg.get("exception_text") or "error"), str(msg.get("traceback_text") or ""))
         self._append((dx.EXECUTE, key, ts, sc, parent, n0, msg["start"] - delay, msg["stop"] - delay,
-                      msg.get("thread"), _current_thread().name, err))
+                      msg.get("thread"), _current_thread().name, err, top))
 
     # ---- on the worker's event loop ---------------------------------------------------------------
 
@@ -215,7 +219,7 @@ class WorkerRecorder:
         record = _histogram[0].record if _histogram else None
         for item in items:
             if item[0] == dx.EXECUTE:
-                _, key, ts, sc, parent, n0, start, stop, thread, thread_name, err = item
+                _, key, ts, sc, parent, n0, start, stop, thread, thread_name, err, top = item
                 prefix = ts.prefix
                 if record is not None:
                     record(max(0.0, stop - start), {"dask.task.prefix": prefix})
@@ -232,7 +236,7 @@ class WorkerRecorder:
                     src = ss.get("source")
                     extra.append((str(action), float(s0), float(s1), str(src) if src else None))
                 out.append((dx.EXECUTE, key, prefix, sc.trace_id, sc.span_id, _ids(parent), start, stop,
-                            thread, thread_name, err, tuple(extra), address))
+                            thread, thread_name, err, tuple(extra), address, top))
             else:
                 _, source, keys, nbytes, parent, t0, t1, ok, outcome = item
                 if parent is not None and not parent.trace_flags.sampled:
@@ -331,6 +335,7 @@ def run_task(wrapped, instance, args, kwargs):
         ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
         live = rec.started(key, ts, sc)
+        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # issue 31: profiler
     except Exception as exc:
         _report.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -339,8 +344,9 @@ def run_task(wrapped, instance, args, kwargs):
     finally:
         if token is not None:
             _detach(token)
+        top = _profile_leave(prof)  # issue 31: the task's hottest functions (evlog.profile.top), or None
     try:
-        rec.executed(key, ts, sc, parent, n0, msg, delay, live)
+        rec.executed(key, ts, sc, parent, n0, msg, delay, live, top)
     except Exception as exc:
         _report.warn_once("dask-executed", f"a Dask task execution could not be recorded: {exc!r}")
     return msg

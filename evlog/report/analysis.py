@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from . import groups
+from . import groups, profile
 from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
                      label, merge, ms, pct, secs, split_exception)
 from .model import Computation, Task, build, union_ns
@@ -28,6 +28,7 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     pools = groups.pools(spans)
     ranks = groups.ranks(spans, logs)
     meta = metadata(logs)
+    profile.attach(out_comps, comps, pools, logs)  # issue 31: the hottest functions per prefix, from the profile
     advice = [a for c in out_comps for a in c["advice"]]
     advice += worker_advice(ws, comps)
     if pools:

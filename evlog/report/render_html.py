@@ -135,6 +135,7 @@ def _computation(i: int, c: dict) -> str:
             for p, s in c["prefixes"].items()]
     out.append(_table(["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"], rows, "prefixes",
                       numeric={1}))
+    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
     if c["stragglers"]:
         out.append("<h3>Stragglers</h3>")
         for s in c["stragglers"]:
@@ -193,6 +194,7 @@ def render_html(rep: dict) -> str:
                 for fn, f in p["functions"].items()]
         parts.append('<section id="pools"><h2>Pools: time by function</h2>' + _table(
             ["function", "kind", "calls", "total", "median", "longest", "erred"], rows, "pools", numeric={2, 3, 4, 5, 6})
+            + "".join(_profiles(p["functions"]))  # issue 31
             + "".join(f"<p>straggler: {_e(s['function'])} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                       f"{_e(s['process'])} {_e(s['thread'])}</p>" for s in p["stragglers"][:20])
             + "".join(f"<details open><summary>failed: {_e(f['function'])} {_e(f['exception'])}: {_e(f['message'])}"
@@ -220,3 +222,17 @@ def render_html(rep: dict) -> str:
     parts.append(f"<script>{_vendor('uPlot.iife.min.js')}</script>")
     parts.append(f"<script>{_JS}</script></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _profiles(groups: dict) -> list[str]:
+    """The sampling profile's top functions of each prefix (or pool function) that has one."""
+    from .profile import SHOWN, rows
+
+    out = []
+    for name, g in groups.items():
+        prof = g.get("profile")
+        if prof and prof["top"]:
+            out.append(f'<h4>Hottest functions of {_e(name)} <span class="muted">({prof["samples"]:,} samples, '
+                       f'{_d(prof["seconds"])} sampled; top {min(SHOWN, len(prof["top"]))} by self time)</span></h4>')
+            out.append(_table(["function", "where", "self", "total"], rows(prof), "profile", numeric={2, 3}))
+    return out

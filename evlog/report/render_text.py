@@ -74,6 +74,7 @@ def _computation(c: dict) -> list[str]:
                      f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}"
                      if s["erred"] or s["retried"] else "-"])
     out += _table(rows)
+    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
     if c["stragglers"]:
         out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
         for s in c["stragglers"]:
@@ -139,6 +140,7 @@ def render_text(rep: dict) -> str:
         out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
                         [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]),
                           str(f["erred"])] for fn, f in p["functions"].items()])
+        out += _profiles(p["functions"])  # issue 31: the hottest functions per pool function
         for s in p["stragglers"][:10]:
             out.append(f"  straggler: {s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in {s['process']} "
                        f"{s['thread']} at {_t(s['start'])}".rstrip())
@@ -163,3 +165,17 @@ def render_text(rep: dict) -> str:
                              s["trend"]])
             out += _table(rows, "    ")
     return "\n".join(out) + "\n"
+
+
+def _profiles(groups: dict) -> list[str]:
+    """The sampling profile's top functions of each prefix (or pool function) that has one."""
+    from .profile import SHOWN, rows
+
+    out = []
+    for name, g in groups.items():
+        prof = g.get("profile")
+        if prof and prof["top"]:
+            out.append(f"Hottest functions of {name} ({prof['samples']:,} samples, {_d(prof['seconds'])} sampled; "
+                       f"top {min(SHOWN, len(prof['top']))} by self time):")
+            out += _table([["function", "where", "self", "total"]] + rows(prof))
+    return out

@@ -531,6 +531,7 @@ class Dashboard:
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
+            ("/api/profile", self._profile),  # issue 31: flame graphs (evlog/viewer/profile.py)
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -778,6 +779,15 @@ class Dashboard:
         from .report_panel import dashboard_report
 
         return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
+
+    async def _profile(self, request: Any) -> Any:
+        """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""
+        st, run = await self._view(request)
+        from .profile import flame
+
+        q = request.query
+        worker, label, span = q.get("worker") or None, q.get("label") or None, q.get("span") or None
+        return self._json(await self._run((run, "profile", worker, label, span), flame, st, worker, label, span))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change (at most two a second), a comment

@@ -873,6 +873,7 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
 
 
 _EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
+_EVERY = "(" + _EVERY + " AND l.event_name != 'evlog.profile')"  # issue 31: task profiles (pprof bodies) are data, not events
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 # a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
 # (a resource with values JSON cannot carry, NaN say, is stored as text json_extract refuses: no run id)

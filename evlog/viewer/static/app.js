@@ -109,6 +109,7 @@
       EV.refreshReport().catch(failed("report")),  // report.js
       EV.refreshConsole().catch(failed("console")),  // console.js
       EV.refreshProgress().catch(failed("progress")),
+      EV.refreshProfile().catch(failed("profile")),  // profile.js (issue 31)
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {

@@ -6,6 +6,8 @@ set -eu
 cd "$(dirname "$0")"
 UPLOT=1.6.32
 CHROMATIC=3.1.0
+FLAMEGRAPH=5.0.0  # d3-flame-graph: the task profiles' flame graphs (its UMD build wants the d3 bundle as window.d3)
+D3=7.9.2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack --silent "uplot@$UPLOT" >/dev/null && tar xzf "uplot-$UPLOT.tgz")
@@ -30,3 +32,16 @@ mkdir -p d3-scale-chromatic
 } > d3-scale-chromatic/categorical.js
 cp "$tmp/chromatic/package/LICENSE" d3-scale-chromatic/LICENSE
 echo "d3-scale-chromatic@$CHROMATIC" > d3-scale-chromatic/VERSION
+
+# d3-flame-graph and the d3 bundle it draws with (UMD builds: window.flamegraph, window.d3)
+(cd "$tmp" && npm pack --silent "d3-flame-graph@$FLAMEGRAPH" >/dev/null && mkdir flame &&
+  tar xzf "d3-flame-graph-$FLAMEGRAPH.tgz" -C flame)
+mkdir -p d3-flame-graph
+cp "$tmp/flame/package/dist/d3-flamegraph.umd.min.js" "$tmp/flame/package/dist/d3-flamegraph.css" d3-flame-graph/
+cp "$tmp/flame/package/LICENSE" d3-flame-graph/LICENSE
+echo "d3-flame-graph@$FLAMEGRAPH" > d3-flame-graph/VERSION
+(cd "$tmp" && npm pack --silent "d3@$D3" >/dev/null && mkdir d3 && tar xzf "d3-$D3.tgz" -C d3)
+mkdir -p d3
+cp "$tmp/d3/package/dist/d3.min.js" d3/
+cp "$tmp/d3/package/LICENSE" d3/LICENSE
+echo "d3@$D3" > d3/VERSION

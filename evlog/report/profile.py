@@ -1,0 +1,134 @@
+"""The sampling profile in the report: the hottest functions per Dask task prefix and per pool function.
+
+Reads the ``evlog.profile`` log records (evlog/exporters/profiles.py: one pprof per process, prefix and
+shipping interval, each sample labelled with its task span) and ranks functions by self time (samples
+with the function at the top of the stack) and total time (samples with it anywhere on the stack),
+both as wall seconds. A corrupt record is reported once and skipped. The dashboard's flame graph reads
+the same samples (evlog/viewer/profile.py).
+"""
+from __future__ import annotations
+
+from evlog import pprof
+
+from .common import pct
+
+EVENT = "evlog.profile"
+TOP = 10  # functions listed per prefix in the JSON (text and HTML show 5)
+SHOWN = 5
+DOMINATES = 0.5  # share of a critical-path prefix's samples that makes its top function the advice
+
+
+class Sample:
+    __slots__ = ("label", "process", "stack", "count", "ns", "span_id", "trace_id")
+
+    def __init__(self, label, process, stack, count, ns, span_id, trace_id):
+        self.label = label  # the Dask task prefix or the pool function
+        self.process = process  # the log record's resource
+        self.stack = stack  # ((function, file, line), ...), leaf first
+        self.count = count
+        self.ns = ns
+        self.span_id = span_id
+        self.trace_id = trace_id
+
+
+def samples(logs: list[dict]) -> list[Sample]:
+    """Every sample of the run's ``evlog.profile`` records (otlp_decode's log rows); a record that is
+    not a profile is reported once and skipped."""
+    out = []
+    for r in logs:
+        if r.get("event_name") != EVENT:
+            continue
+        a = r.get("attributes") or {}
+        label = a.get("dask.task.prefix") or a.get("code.function.name") or "?"
+        try:
+            prof = pprof.from_body(r.get("body"))
+        except pprof.DecodeError as exc:
+            from evlog import _report
+
+            _report.warn_once("report-profile-body", f"an evlog.profile log record of {label} is not a profile "
+                              f"({exc}); skipped")
+            continue
+        res = r.get("resource") or {}
+        for stack, values, labels in prof["samples"]:
+            count = values[0] if values else 1
+            ns = values[1] if len(values) > 1 else count * prof["period"]
+            out.append(Sample(label, res, stack, count, ns, labels.get("span_id"), labels.get("trace_id")))
+    return out
+
+
+def top(ss, limit: int = TOP) -> list[dict]:
+    """Functions ranked by self time: ``[{"function", "file", "line", "self", "total"}]`` (seconds)."""
+    self_ns: dict = {}
+    total_ns: dict = {}
+    for s in ss:
+        if not s.stack:
+            continue
+        leaf = s.stack[0]
+        self_ns[leaf] = self_ns.get(leaf, 0) + s.ns
+        for frame in set(s.stack):
+            total_ns[frame] = total_ns.get(frame, 0) + s.ns
+    ranked = sorted(total_ns, key=lambda f: (-self_ns.get(f, 0), -total_ns[f], f))[:limit]
+    return [{"function": f[0], "file": f[1], "line": f[2], "self": round(self_ns.get(f, 0) / 1e9, 6),
+             "total": round(total_ns[f] / 1e9, 6)} for f in ranked]
+
+
+def summary(ss) -> dict:
+    """``{"samples", "seconds", "top"}`` of some samples."""
+    ss = list(ss)
+    return {"samples": sum(s.count for s in ss), "seconds": round(sum(s.ns for s in ss) / 1e9, 6), "top": top(ss)}
+
+
+def attach(out_comps: list[dict], comps, pools: dict | None, logs: list[dict]) -> None:
+    """Adds ``profile`` to each computation's prefixes (the samples of its own execute spans) and to the
+    pools' functions, and advice where one function dominates a prefix on the critical path."""
+    ss = samples(logs)
+    if not ss:
+        return
+    by_span: dict = {}
+    for s in ss:
+        by_span.setdefault(s.span_id, []).append(s)
+    for c, out in zip(comps, out_comps):
+        per: dict = {}
+        for t in c.tasks.values():
+            for e in t.executions:
+                got = by_span.get(e.row.get("span_id"))
+                if got:
+                    per.setdefault(t.prefix, []).extend(got)
+        for prefix, got in per.items():
+            if prefix in out["prefixes"]:
+                out["prefixes"][prefix]["profile"] = summary(got)
+        out["advice"] += advice(out)
+    if pools:
+        per = {}
+        for s in ss:
+            if s.label in pools["functions"]:
+                per.setdefault(s.label, []).append(s)
+        for fn, got in per.items():
+            pools["functions"][fn]["profile"] = summary(got)
+
+
+def advice(c: dict) -> list[str]:
+    """One line per prefix on the critical path whose time one function takes most of."""
+    out = []
+    on_path = {r["prefix"] for r in c["critical_path"]}
+    for prefix in sorted(on_path):
+        prof = (c["prefixes"].get(prefix) or {}).get("profile")
+        if not prof or not prof["top"] or not prof["seconds"]:
+            continue
+        f = prof["top"][0]
+        share = f["self"] / prof["seconds"]
+        if share >= DOMINATES:
+            out.append(f"{c['name']}: {f['function']} ({_where(f)}) takes {pct(share)} of the sampled time of "
+                       f"{prefix}, on the critical path: make that function faster")
+    return out
+
+
+def _where(f: dict) -> str:
+    import os
+
+    return f"{os.path.basename(f['file'])}:{f['line']}" if f["file"] else "?"
+
+
+def rows(prof: dict, limit: int = SHOWN) -> list[list[str]]:
+    """Table rows of a profile's top functions, for the text and HTML pages."""
+    return [[f["function"], _where(f), f"{f['self']:.3f} s", f"{f['total']:.3f} s"] for f in prof["top"][:limit]]
