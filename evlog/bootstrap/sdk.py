@@ -246,7 +246,9 @@ class LazyTracerProvider(_LazyProvider):
     NOOP = "opentelemetry.trace:NoOpTracerProvider"
 
     def get_tracer(self, *args, **kwargs):
-        return self.real().get_tracer(*args, **kwargs)
+        from . import by_name  # a tracer that pickles by name (a module-level one sent to a Dask worker)
+
+        return by_name.tracer(self.real().get_tracer(*args, **kwargs), args, kwargs)
 
 
 class LazyLoggerProvider(_LazyProvider):
@@ -254,7 +256,9 @@ class LazyLoggerProvider(_LazyProvider):
     NOOP = "opentelemetry._logs:NoOpLoggerProvider"
 
     def get_logger(self, *args, **kwargs):
-        return self.real().get_logger(*args, **kwargs)
+        from . import by_name
+
+        return by_name.logger(self.real().get_logger(*args, **kwargs), args, kwargs)
 
 
 class LazyMeterProvider(_LazyProvider):
@@ -262,7 +266,9 @@ class LazyMeterProvider(_LazyProvider):
     NOOP = "opentelemetry.metrics:NoOpMeterProvider"
 
     def get_meter(self, *args, **kwargs):
-        return self.real().get_meter(*args, **kwargs)
+        from . import by_name
+
+        return by_name.meter(self.real().get_meter(*args, **kwargs), args, kwargs)
 
 
 BUILD = {"traces": _build_traces, "logs": _build_logs, "metrics": _build_metrics}
