@@ -105,8 +105,9 @@ APP = textwrap.dedent('''
                 w1, m1 = client.run(cpu), time.process_time()
                 s1 = client.run_on_scheduler(cpu) if sched else 0
                 cpu_s = (m1 - m0) + sum(w1[k] - w0[k] for k in w0) + (s1 - s0)
-                print(json.dumps({"rate": n / wall, "cpu_us": cpu_s / n * 1e6, "sched_us": (s1 - s0) / n * 1e6}),
-                      flush=True)
+                print(json.dumps({"rate": n / wall, "cpu_us": cpu_s / n * 1e6, "sched_us": (s1 - s0) / n * 1e6,
+                                  "client_us": (m1 - m0) / n * 1e6,
+                                  "workers_us": sum(w1[k] - w0[k] for k in w0) / n * 1e6}), flush=True)
 ''')
 
 
@@ -271,7 +272,9 @@ def main() -> None:
                     rows[name].append(apps[name].round(n))
                 print(f"# pair {i + 1}: plain {rows['plain'][-1]['rate']:.1f}, evlog {rows['evlog'][-1]['rate']:.1f} "
                       f"tasks/s; CPU plain {rows['plain'][-1]['cpu_us']:.0f}, evlog {rows['evlog'][-1]['cpu_us']:.0f} "
-                      f"us per task", flush=True)
+                      f"us per task (client {rows['plain'][-1]['client_us']:.0f} / {rows['evlog'][-1]['client_us']:.0f}, "
+                      f"workers {rows['plain'][-1]['workers_us']:.0f} / {rows['evlog'][-1]['workers_us']:.0f})",
+                      flush=True)
             apps["evlog"].resume()  # the exporter process finishes the last round's spans, then is read
             time.sleep(3)
             apps["evlog"].pause()

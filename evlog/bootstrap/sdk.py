@@ -153,9 +153,7 @@ def _build_metrics(resource, settings):
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-    from evlog.exporters.select import metric_preferences
-
-    from .sdk_records import MetricRecords
+    from .sdk_records import MetricRecords, metric_preferences
 
     readers = []
     kinds = settings.exporters.metrics

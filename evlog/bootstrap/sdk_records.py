@@ -237,3 +237,38 @@ class MetricRecords(MetricExporter):
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
         pass
+
+
+def metric_preferences() -> dict:
+    """The temporality and aggregation preferences an OTLP metric exporter takes from
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE (cumulative, delta, lowmemory) and
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION (explicit_bucket_histogram,
+    base2_exponential_bucket_histogram), as the specification defines them: known before the
+    exporter is built (the reader asks at its start), without reading the exporter's own fields: the
+    program's reader aggregates as the run's OTLP exporter, in the exporter process, will send."""
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
+
+    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
+    pref = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") or "cumulative").strip().lower()
+    deltas = {"delta": (Counter, Histogram, ObservableCounter), "lowmemory": (Counter, Histogram)}.get(pref)
+    if deltas is None and pref != "cumulative":
+        _report.warn_once("metrics-temporality", f"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE={pref!r} is "
+                          "not cumulative, delta or lowmemory; using cumulative")
+    kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
+    out = {"preferred_temporality": {k: delta if k in (deltas or ()) else cumulative for k in kinds}}
+    agg = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION") or "").strip().lower()
+    if agg == "base2_exponential_bucket_histogram":
+        out["preferred_aggregation"] = {Histogram: ExponentialBucketHistogramAggregation()}
+    elif agg and agg != "explicit_bucket_histogram":
+        _report.warn_once("metrics-aggregation", f"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION={agg!r} "
+                          "is not explicit_bucket_histogram or base2_exponential_bucket_histogram; using the first")
+    return out
