@@ -150,8 +150,8 @@ def _drain_all() -> None:
 
 
 def _start_threads() -> None:
-    """evlog's long-lived threads in a Dask process (records shipping, the SDK's batch and metric
-    threads) start with the instrumentation, when ``distributed`` is imported, not at the first
+    """evlog's long-lived threads in a Dask process (records shipping, the SDK's metric reader, the task
+    profiler's sampler) start with the instrumentation, when ``distributed`` is imported, not at the first
     Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
     piece of its work left behind sees none of evlog's appear. The SDK is built here, in the importing
     thread (a process that imports distributed makes telemetry anyway): built in a thread of its own, a
@@ -159,10 +159,13 @@ def _start_threads() -> None:
     from evlog import records
     from evlog.bootstrap import sdk
 
+    from . import profiler
+
     try:
         records.channel().start()
         for provider in sdk.providers():
             provider.real()
+        profiler.start()  # the task profiler's sampling thread (none with EVLOG_PROFILE_INTERVAL=off)
     except Exception as exc:
         _report.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")
 

@@ -121,6 +121,13 @@ def stats() -> dict:
     return {"interval": s.interval, "ticks": s.ticks, "samples": s.samples, "skipped": s.skipped, "cpu_s": s.cpu}
 
 
+def start():
+    """Start this process's sampler now rather than at its first task (a Dask process starts evlog's
+    threads with the instrumentation: Dask's tests count the threads a test leaves behind)."""
+    if not _sampler:
+        _start()
+
+
 def _start():
     with _lock:
         if _sampler:
