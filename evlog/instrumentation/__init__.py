@@ -14,3 +14,9 @@ TARGETS: dict[str, tuple[str, str]] = {
     "multiprocessing": ("multiprocessing", "evlog.instrumentation.multiprocessing:MultiprocessingInstrumentor"),
     "torch_elastic": ("torch.distributed.elastic", "evlog.instrumentation.torch_elastic:TorchElasticInstrumentor"),
 }
+
+# name: the target's submodules its instrumentor hooks when they are imported (boot.watch()es them)
+SUBMODULES: dict[str, tuple[str, ...]] = {
+    "futures": ("concurrent.futures.thread", "concurrent.futures.process"),
+    "multiprocessing": ("multiprocessing.pool",),
+}
