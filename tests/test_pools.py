@@ -818,6 +818,23 @@ def test_a_failing_item_fails_its_chunk_span_and_raises_as_without_evlog(chunks_
         assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frames are not shown
 
 
+def test_a_chunks_timing_names_the_group_a_straggler_was_timed_in():
+    """_chunks._settle on known groups (what _paced noted): a call of 30 us timed alone, 4 calls of 100 ns,
+    then 16 calls timed together in 5 ms plus the time of 15 fast ones: the straggler is one of those 16,
+    from index 100 + 5, and its time is the group's less 15 calls at the fastest rate, 5 ms."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from evlog.instrumentation import _chunks, _taskspan
+
+    span = _taskspan.TaskSpan("multiprocessing.chunk f", SpanContext(1, 2, False, TraceFlags(1)), None, "s", {}, 0)
+    marks = [0, 30_000, 30_400, 30_400 + 5_001_500]  # when each group started, then the end
+    _chunks._settle(span, marks, [1, 4, 64], 21, 100)  # the last group was cut to the 16 calls left
+    assert span.attributes == {
+        "evlog.pool.calls": 21, "evlog.pool.chunk.first": 100, "evlog.pool.call.mean": marks[-1] / 21 / 1e9,
+        "evlog.pool.call.min": 100e-9, "evlog.pool.call.max": 0.005, "evlog.pool.call.slowest_index": 105,
+        "evlog.pool.call.slowest_calls": 16}
+
+
 BIG_MAP_PROGRAM = r'''
 import json, multiprocessing as mp, time
 

@@ -197,7 +197,7 @@ def _settle(span, marks: list, sizes: list, calls: int, first) -> None:
         if first is not None:
             attrs["evlog.pool.chunk.first"] = first
             attrs["evlog.pool.call.slowest_index"] = first + at
-        span.set_attributes(attrs)
+        getattr(span, "set_checked_attributes", span.set_attributes)(attrs)  # a TaskSpan's, else the API's
     except Exception as exc:
         _report.warn_once("chunk-timing", f"cannot put a chunk's call timing on its span: {exc!r}")
 
