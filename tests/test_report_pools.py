@@ -8,11 +8,16 @@ the chunk stops there, the other chunks run whole).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
 
+import test_dashboard_browser
 from helpers import PYTHON, evlog_env, run_instrumented
+from test_dashboard_browser import CHROMIUM
+
+browser = test_dashboard_browser.browser  # the fixture: a headless chromium page per test
 
 APP = r'''
 import multiprocessing as mp, time
@@ -78,3 +83,27 @@ def test_the_straggler_and_the_failure_are_named_by_the_calls_index(run_dir):
     assert "  straggler: call 17 of __main__.f " in text, text
     assert "  failed: call 23 of __main__.g ValueError: bad item 23 in " in text, text
     assert "pool: call 17 of __main__.f took " in text and "first call 23 of __main__.g: ValueError" in text, text
+
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
+def test_the_dashboards_report_panel_names_the_calls_of_a_chunk(run_dir, browser):
+    from test_cli import _start_view, _stop
+    from test_dashboard_gantt import no_exceptions, open_page
+
+    proc, url = _start_view(run_dir, "--no-follow")
+    try:
+        open_page(browser, url)
+        browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
+                        what="the report panel")
+        rows = browser.js("Array.from(document.querySelectorAll('#report table')).filter(t => "
+                          "['straggler', 'failed call'].includes(t.querySelector('th').textContent)).map(t => "
+                          "Array.from(t.querySelectorAll('tr')).map(r => Array.from(r.children).map(c => c.textContent)))")
+        no_exceptions(browser)
+    finally:
+        _stop(proc)
+    (straggler, failure) = rows
+    assert straggler[0][:3] == ["straggler", "call", "took"] and straggler[1][:2] == ["__main__.f", "17"], straggler
+    assert failure[0][:3] == ["failed call", "call", "exception"], failure
+    assert failure[1][:3] == ["__main__.g", "23", "ValueError: bad item 23"], failure
