@@ -47,14 +47,12 @@ def configure(**overrides: Any) -> bool:
         fixed[key] = value
     if fixed:
         settings = settings.with_overrides(**fixed)
-    started = boot.start(settings, capture="capture" in overrides and settings.capture != "off")
-    if started:
-        _say_where(config.get())
-    return started
+    return boot.start(settings, capture="capture" in overrides and settings.capture != "off", ready=_say_where)
 
 
 def _say_where(settings) -> None:
-    """One line naming the run folder this process writes (evlog-instrument's summary says it at exit)."""
+    """One line naming the run folder this process writes (evlog-instrument's summary says it at exit),
+    before console capture starts (it is evlog's line, not the program's output)."""
     if settings.summary and settings.run_dir and settings.exporters.run_folder:
         from evlog import _report, run
 

@@ -14,15 +14,16 @@ from evlog import _report, config
 _started_pid = -1
 
 
-def start(settings: config.Settings | None = None, *, capture: bool | None = None) -> bool:
-    """Set up this process; a second call in the same process does nothing. Never raises."""
+def start(settings: config.Settings | None = None, *, capture: bool | None = None, ready=None) -> bool:
+    """Set up this process; a second call in the same process does nothing. Never raises. ``ready``:
+    called with the final settings once the telemetry is set up, before console capture starts."""
     global _started_pid
     if _started_pid == os.getpid():
         return False
     _started_pid = os.getpid()
     outermost = _enter()  # set-up is an import too (sitecustomize): settled hooks wait for its end
     try:
-        return _start(settings, capture)
+        return _start(settings, capture, ready)
     except Exception as exc:  # evlog must never stop the program from starting
         _report.warn_once("boot", f"set-up failed, the program runs without evlog: {exc!r}")
         return False
@@ -36,7 +37,7 @@ def started() -> bool:
     return _started_pid == os.getpid()
 
 
-def _start(settings, capture) -> bool:
+def _start(settings, capture, ready=None) -> bool:
     # The owner is the launched program's own process (same pid as the launcher's child).
     owner = os.environ.get("EVLOG_OWNER_PID") == str(os.getpid())
     if owner:
@@ -72,6 +73,8 @@ def _start(settings, capture) -> bool:
         torch_elastic.worker_start()
     _instrument(settings)
     _install_consumers(settings)
+    if ready is not None:
+        ready(settings)
     if (owner if capture is None else capture) and settings.capture != "off":
         _install_console(settings)
     return True
