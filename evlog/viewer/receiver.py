@@ -137,29 +137,30 @@ def _reason(e: OSError) -> str:
     return os.strerror(e.errno) if e.errno else str(e)
 
 
-class _GrpcAtHttpPort(logging.Filter):
-    """On the logger of the HTTP server: an HTTP/2 connection preface ("PRI * HTTP/2.0", what a gRPC
-    exporter sends first) is told to ``notice`` once, with what to set, and not logged (aiohttp logs a
-    traceback per attempt)."""
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's server log (the ``aiohttp.server`` logger) for this receiver's HTTP port, except that an
+    HTTP/2 connection preface ("PRI * HTTP/2.0", what a gRPC exporter sends first) is told to ``notice``
+    once, with what to set, and not logged (aiohttp logs a traceback per attempt)."""
 
     def __init__(self, receiver: "OTLPReceiver"):
-        super().__init__()
+        super().__init__(logging.getLogger("aiohttp.server"), {})
         self.receiver = receiver
         self.told = False
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        text = str(exc) if exc is not None else ""
-        if exc is None or not ("PRI" in text or "HTTP/2" in text):
-            return True
+    def log(self, level, msg, *args, exc_info=None, **kwargs):
+        exc = sys.exc_info()[1] if exc_info is True else exc_info
+        if isinstance(exc, tuple):
+            exc = exc[1]
+        text = str(exc) if isinstance(exc, BaseException) else ""
+        if not ("PRI" in text or "HTTP/2" in text):
+            return super().log(level, msg, *args, exc_info=exc_info, **kwargs)
         if not self.told:
             self.told = True
             r = self.receiver
             fix = (f"send gRPC to OTEL_EXPORTER_OTLP_ENDPOINT={r.grpc_endpoint}, or set " if r.grpc_port else "set ")
-            source = record.args[0] if isinstance(record.args, tuple) and record.args else "a client"
+            source = args[0] if args else "a client"
             r._notice(f"OTLP/gRPC came to the OTLP/HTTP port {_url_host(r.host)}:{r.http_port} (from {source}); "
                       f"{fix}OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port")
-        return False
 
 
 def _stderr(text: str) -> None:
@@ -574,8 +575,7 @@ class OTLPReceiver:
         except OSError as e:
             raise ListenError("http", self.host, self._want_http, _reason(e)) from None
         self._http_port = sock.getsockname()[1]
-        log = logging.Logger(f"{__name__}.http", logging.WARNING)  # aiohttp's server log, this receiver's alone
-        log.addFilter(_GrpcAtHttpPort(self))
+        log = _ServerLog(self)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="evlog-otlp-http")
         app = self.build_app(self._extra_routes)
         loop = asyncio.new_event_loop()
