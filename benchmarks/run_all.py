@@ -27,7 +27,8 @@ GOALS = {  # what each benchmark is held to (from the issues)
     "startup": "evlog adds at most half of what opentelemetry-instrument adds",
     "dask_overhead": "at least 0.97 of plain Dask throughput",
     "dask_separate": "the scheduler process's CPU per task at most 3% over plain",
-    "pools": "at least 0.9 of plain pool throughput for trivial calls",
+    "pools": ("at least 0.85 of plain pool throughput for trivial calls sent one at a time, 0.8 for Pool.map "
+              "(default chunk spans)"),
     "bridge": "record_event adds at most 30% to a raw Logger.emit",
     "consumers": "the default consumer set adds at most 2 us per span",
     "console": "at least 0.8 of plain throughput printing 200,000 lines, every line exported",

@@ -31,7 +31,8 @@ def configure(**overrides: Any) -> bool:
 
     Keyword arguments override the environment and the YAML file: run_dir, capture, consumers,
     redact, dask_transitions, pool_spans, summary. Console capture starts only if ``capture`` is given.
-    Returns False if evlog was already set up in this process (or the SDK is disabled).
+    Returns False if evlog was already set up in this process (or the SDK is disabled). When telemetry
+    goes to a run folder, says where on stderr (one line; not with summary=False).
     """
     from evlog import config
     from evlog.bootstrap import boot
@@ -46,7 +47,17 @@ def configure(**overrides: Any) -> bool:
         fixed[key] = value
     if fixed:
         settings = settings.with_overrides(**fixed)
-    return boot.start(settings, capture="capture" in overrides and settings.capture != "off")
+    return boot.start(settings, capture="capture" in overrides and settings.capture != "off", ready=_say_where)
+
+
+def _say_where(settings) -> None:
+    """One line naming the run folder this process writes (evlog-instrument's summary says it at exit),
+    before console capture starts (it is evlog's line, not the program's output)."""
+    if settings.summary and settings.run_dir and settings.exporters.run_folder:
+        from evlog import _report, run
+
+        _report.warn_once("configure-run-folder", f"writing telemetry to the run folder {settings.run_dir}; "
+                                                  f"see it with: {run.view_command(settings.run_dir)}")
 
 
 def __getattr__(name: str) -> Any:

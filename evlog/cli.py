@@ -137,8 +137,9 @@ def cmd_story(args: argparse.Namespace) -> int:
                        + (" (its spans have no events)" if known else ""))
     rows = [["time (UTC)", "start", "finish", "stimulus", "worker", "process"]]
     for e in story:
-        if e["start"] is None and e["finish"] is None:
-            rows.append([_when(e["time"]), f"[{e['event']}]", "", e["stimulus"] or "", e["worker"], e["process"]])
+        if e["start"] is None and e["finish"] is None:  # an exception's text where the report shows it
+            rows.append([_when(e["time"]), f"[{e['event']}]", "", e["stimulus"] or e.get("message") or "", e["worker"],
+                         e["process"]])
         else:
             rows.append([_when(e["time"]), str(e["start"]), str(e["finish"]), str(e["stimulus"] or ""),
                          e["worker"], e["process"]])
@@ -228,28 +229,40 @@ def _need_view_extras(command: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     _need_view_extras("serve")
-    from evlog.viewer.receiver import OTLPReceiver
+    from evlog.viewer.receiver import ListenError, OTLPReceiver
     from evlog.viewer.server import Dashboard
     from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
 
+    box: dict = {}
+    receiver = OTLPReceiver(lambda signal, rows: box["ingestor"].submit(signal, rows), host=args.host,
+                            grpc_port=args.grpc_port, http_port=args.http_port, max_body=args.max_body,
+                            extra_routes=lambda app: box["dash"].install(app), decode_proto=decode_for_store,
+                            notice=lambda text: print(f"evlog serve: {text}", file=sys.stderr, flush=True))
+    try:
+        receiver.check_ports()  # a taken port: one line, and no database made
+    except ListenError as e:
+        raise CLIError(_listen_error(e)) from None
+    made = args.db and not os.path.exists(args.db)
     try:
         store = Store(args.db)
     except StoreError as e:
         raise CLIError(str(e)) from None
-    ingestor = Ingestor(store)
-    box: dict = {}
-    dash = Dashboard(store, token=args.token, source=f"OTLP receiver, storing into {store.path}",
-                     extra_status=lambda: _receiver_status(box.get("r"), ingestor))
+    ingestor = box["ingestor"] = Ingestor(store)
+    dash = box["dash"] = Dashboard(store, token=args.token, source=f"OTLP receiver, storing into {store.path}",
+                                   extra_status=lambda: _receiver_status(receiver, ingestor))
     ingestor.listeners.append(dash.notify)
-    receiver = OTLPReceiver(ingestor.submit, host=args.host, grpc_port=args.grpc_port, http_port=args.http_port,
-                            max_body=args.max_body, extra_routes=dash.install, decode_proto=decode_for_store)
-    box["r"] = receiver
     try:
         receiver.start()
-    except OSError as e:
+    except OSError as e:  # taken since check_ports(): leave nothing behind either
         ingestor.close()
         store.close()
-        raise CLIError(f"cannot listen: {e}") from None
+        if made:
+            for path in (store.path, store.path + "-wal", store.path + "-shm"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        raise CLIError(_listen_error(e) if isinstance(e, ListenError) else f"cannot listen: {e}") from None
     url = _url(args.host, receiver.http_port)
     print(f"evlog serve: storing into {store.path}", flush=True)
     print(f"evlog serve: OTLP/gRPC on {args.host}:{receiver.grpc_port}, OTLP/HTTP on {args.host}:{receiver.http_port}",
@@ -270,6 +283,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
               flush=True)
         store.close()
     return 0
+
+
+def _listen_error(e: Any) -> str:
+    flag = "--grpc-port" if e.transport == "grpc" else "--http-port"
+    return f"{e}; choose another port with {flag}, or stop what listens there"
 
 
 def _receiver_status(receiver: Any, ingestor: Any) -> dict:

@@ -128,7 +128,7 @@ class Settings(_Record):
         "redact": (),
         "dask_transitions": True,
         "dask_trace_tasks": DASK_TRACE_TASKS,  # tasks of one Dask computation in one trace; 0: no limit
-        "pool_spans": "call",  # one span per call of a pool task, or per chunk of a chunked map
+        "pool_spans": "chunk",  # one span per chunk of a chunked pool map, or (call) per call
         "span_processors": (),  # module:attribute factories run in the run's exporter process
         "python_logging": 30,  # Python logging records at this level and above become OTel log records; None: off
         "summary": True,
@@ -289,7 +289,7 @@ def load(env: Mapping[str, str] | None = None, cwd: str | None = None) -> Settin
             kw["pool_spans"] = mode
         else:
             problems.append(f"{where}: unknown pool_spans mode {raw!r} "
-                            f"(expected one of {', '.join(POOL_SPANS)}); using call")
+                            f"(expected one of {', '.join(POOL_SPANS)}); using chunk")
 
     sdk_disabled = parse_bool(env.get("OTEL_SDK_DISABLED", "false"))
     if sdk_disabled is None:

@@ -136,11 +136,14 @@ def summary(path: str, killed_by: int | None = None) -> str:
         text += (f"; the program was killed by {signal.Signals(killed_by).name}: what it made since its "
                  f"last export (at most about 1 s) is lost")
     if info.get("run_dir") and spans + events + points:
-        view = f"evlog view {_shell_path(info['run_dir'])}"
-        if not _viewer_installed():
-            view = f"python -m pip install 'evlog[view]' && {view}"
-        text += f"\nevlog: see them with: {view}"
+        text += f"\nevlog: see them with: {view_command(info['run_dir'])}"
     return text + "\n"
+
+
+def view_command(run_dir: str) -> str:
+    """The command that shows a run folder (with the viewer's install first, if it is missing)."""
+    view = f"evlog view {_shell_path(run_dir)}"
+    return view if _viewer_installed() else f"python -m pip install 'evlog[view]' && {view}"
 
 
 def _viewer_installed() -> bool:

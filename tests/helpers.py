@@ -45,6 +45,12 @@ def run_instrumented(code: str | list[str], env: dict | None = None, timeout: fl
     return proc
 
 
+def without_run_folder_notice(err: str) -> str:
+    """stderr without the line evlog.configure() prints to say where its run folder is."""
+    return "".join(line for line in err.splitlines(True)
+                   if not line.startswith("evlog: writing telemetry to the run folder "))
+
+
 def read_run_folder(path: str) -> dict:
     """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every *.jsonl line of a run folder."""
     from evlog.viewer import otlp_decode

@@ -3,9 +3,7 @@ Dask, a process pool or a fork Pool runs (evlog/bootstrap/by_name.py): the progr
 and its spans nest under the task spans."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 

@@ -93,7 +93,8 @@ def test_story_merges_transitions_from_several_processes(tmp_path, capsys):
     code, out, err = run_cli(capsys, "story", "k-1", path, "--json")
     story = json.loads(out)
     assert [e["stimulus"] for e in story] == ["s1", "s2"]
-    assert {e["process"] for e in story} == {"app scheduler 1@hostA", "tcp://w:1"}
+    # each process named as elsewhere; a worker's address is in the worker column, not its process's name
+    assert {(e["process"], e["worker"]) for e in story} == {("app scheduler 1@hostA", ""), ("app worker 2@hostA", "tcp://w:1")}
 
 
 def test_story_of_an_unknown_key_says_so(run, capsys):

@@ -12,7 +12,7 @@ def test_defaults_are_the_embedded_run_folder_and_documented_values():
     s = config.load({}, cwd="/nonexistent")
     assert s.capture == "metadata" and s.consumers == config.DEFAULT_CONSUMERS
     assert s.dask_transitions and s.summary and not s.problems
-    assert s.pool_spans == "call"
+    assert s.pool_spans == "chunk"
     assert s.exporters.embedded and s.exporters.traces == ("file",)
 
 
@@ -42,17 +42,17 @@ def test_bad_values_are_named_and_replaced_by_defaults(tmp_path):
 
 
 def test_pool_spans_from_the_variable_or_the_file_and_a_bad_mode_is_named(tmp_path):
-    assert config.load({"EVLOG_POOL_SPANS": " Chunk "}, cwd="/nonexistent").pool_spans == "chunk"
-    (tmp_path / "evlog.yaml").write_text("pool_spans: chunk\n")
-    assert config.load({}, cwd=str(tmp_path)).pool_spans == "chunk"
-    assert config.load({"EVLOG_POOL_SPANS": "call"}, cwd=str(tmp_path)).pool_spans == "call"  # the variable wins
+    assert config.load({"EVLOG_POOL_SPANS": " Call "}, cwd="/nonexistent").pool_spans == "call"
+    (tmp_path / "evlog.yaml").write_text("pool_spans: call\n")
+    assert config.load({}, cwd=str(tmp_path)).pool_spans == "call"
+    assert config.load({"EVLOG_POOL_SPANS": "chunk"}, cwd=str(tmp_path)).pool_spans == "chunk"  # the variable wins
     s = config.load({"EVLOG_POOL_SPANS": "batch"}, cwd="/nonexistent")
-    assert s.pool_spans == "call" and s.problems == (
-        "EVLOG_POOL_SPANS: unknown pool_spans mode 'batch' (expected one of call, chunk); using call",)
-    (tmp_path / "evlog.yaml").write_text("summary: true\npool_spans: [chunk]\n")
+    assert s.pool_spans == "chunk" and s.problems == (
+        "EVLOG_POOL_SPANS: unknown pool_spans mode 'batch' (expected one of call, chunk); using chunk",)
+    (tmp_path / "evlog.yaml").write_text("summary: true\npool_spans: [call]\n")
     s = config.load({}, cwd=str(tmp_path))
-    assert s.pool_spans == "call"
-    assert f"{tmp_path / 'evlog.yaml'}, line 2, pool_spans: unknown pool_spans mode ['chunk']" in s.problems[0]
+    assert s.pool_spans == "chunk"
+    assert f"{tmp_path / 'evlog.yaml'}, line 2, pool_spans: unknown pool_spans mode ['call']" in s.problems[0]
 
 
 def test_unknown_yaml_keys_are_named_with_the_closest_known_key(tmp_path):

@@ -306,7 +306,8 @@ def _count_spans(run_dir) -> int:
 @pytest.mark.timeout(900)
 def test_a_million_task_spans_with_bounded_memory_in_every_process(tmp_path):
     run_dir = tmp_path / "run"
-    env = evlog_env(EVLOG_RUN_DIR=run_dir, EVLOG_CONSUMERS="none", EVLOG_CAPTURE="off")
+    # a span per call (not the default chunk spans of a chunked map): a million spans through the export path
+    env = evlog_env(EVLOG_RUN_DIR=run_dir, EVLOG_CONSUMERS="none", EVLOG_CAPTURE="off", EVLOG_POOL_SPANS="call")
     proc = run_instrumented([PYTHON, "-c", MILLION_PROGRAM, str(MILLION)], env=env, timeout=800)
     err = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0, err

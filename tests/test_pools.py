@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from receiver import CollectingReceiver
 
 # Nothing leaves a process before it exits, so the exit paths are what deliver the spans. (It also keeps
@@ -176,7 +176,9 @@ def pools_run(request, tmp_path_factory):
         calls = sum(len(v) for k, v in out["calls"].items() if k in EXPECTED) + len(FAILING)
         return len(Run(out, spans).tasks()) >= calls
 
-    yield from _program_runs(tmp_path_factory, POOLS_PROGRAM, request.param, NO_TIMER, arrived)
+    # EVLOG_POOL_SPANS=call: a span per call of every API (chunked maps included; chunk spans are the default)
+    yield from _program_runs(tmp_path_factory, POOLS_PROGRAM, request.param, {**NO_TIMER, "EVLOG_POOL_SPANS": "call"},
+                             arrived)
 
 
 def test_one_span_per_call_for_every_pool_api(pools_run):
@@ -633,7 +635,7 @@ def test_tasks_of_one_function_and_context_are_rebuilt_once_where_they_run():
     assert partials[0] is not partials[1] and partials[0](4) == 16
 
 
-# EVLOG_POOL_SPANS=chunk: one span per chunk that the pool sends to a worker as one message.
+# EVLOG_POOL_SPANS=chunk (the default): one span per chunk that the pool sends to a worker as one message.
 CHUNKS_PROGRAM = r'''
 import concurrent.futures as cf, json, multiprocessing as mp, os, sys, threading
 from multiprocessing.pool import ThreadPool
@@ -695,20 +697,23 @@ def main(method):
 if __name__ == "__main__":
     main(sys.argv[1])
 '''
-CHUNK_ENV = {**NO_TIMER, "EVLOG_POOL_SPANS": "chunk"}
+CHUNK_ENV = NO_TIMER  # EVLOG_POOL_SPANS left unset: chunk spans are the default
 
-# api -> (chunk span name, evlog.pool.kind, evlog.pool.calls of its chunks)
+# api -> (chunk span name, evlog.pool.kind, evlog.pool.calls of its chunks of 2 or more items, in the
+# map's order); a chunk of one item is a call sent alone: it gets a task span (SINGLE)
 CHUNKED = {
     "pool.map": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 2]),
-    "pool.map_async": ("multiprocessing.chunk pid", "mp.pool", [2, 2, 1]),
+    "pool.map_async": ("multiprocessing.chunk pid", "mp.pool", [2, 2]),
     "pool.map_auto": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 3, 3, 3, 3, 2]),
-    "pool.starmap": ("multiprocessing.chunk pid2", "mp.pool", [3, 3, 1]),
+    "pool.starmap": ("multiprocessing.chunk pid2", "mp.pool", [3, 3]),
     "pool.starmap_async": ("multiprocessing.chunk pid2", "mp.pool", [4]),
-    "pool.imap": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 1]),
-    "pool.imap_unordered": ("multiprocessing.chunk pid", "mp.pool", [3, 3, 1]),
+    "pool.imap": ("multiprocessing.chunk pid", "mp.pool", [3, 3]),
+    "pool.imap_unordered": ("multiprocessing.chunk pid", "mp.pool", [3, 3]),
     "ppe.map": ("futures.chunk pid", "process", [3, 3, 2]),
     "threadpool.map": ("multiprocessing.chunk where", "mp.threadpool", [3, 3, 2]),
 }
+SINGLE = {"pool.map_async": "multiprocessing.task pid", "pool.starmap": "multiprocessing.task pid2",
+          "pool.imap": "multiprocessing.task pid", "pool.imap_unordered": "multiprocessing.task pid"}
 # sent one call per message: a task span per call in either mode
 PER_CALL = {
     "pool.map_one": "multiprocessing.task pid",
@@ -723,22 +728,39 @@ CHUNK_FAILING = {"pool.fail": "multiprocessing.chunk fail_at_4", "ppe.fail": "fu
 @pytest.fixture(scope="module", params=["fork", "spawn"])
 def chunks_run(request, tmp_path_factory):
     def arrived(out, spans):
-        n = len(CHUNK_FAILING) * 2 + sum(len(c) for _, _, c in CHUNKED.values())
+        n = len(CHUNK_FAILING) * 2 + sum(len(c) for _, _, c in CHUNKED.values()) + len(SINGLE)
         n += sum(len(out["calls"][api]) for api in PER_CALL)
         return len([s for s in spans if s["name"].endswith((" pid", " pid2", " where", " fail_at_4"))]) >= n
 
     yield from _program_runs(tmp_path_factory, CHUNKS_PROGRAM, request.param, CHUNK_ENV, arrived)
 
 
-def test_chunk_mode_makes_one_span_per_chunk_of_a_chunked_map(chunks_run):
+def test_chunked_maps_make_one_span_per_chunk_by_default(chunks_run):
     for api, (name, kind, calls) in CHUNKED.items():
-        spans = [s for s in chunks_run.under(api)]
-        assert {s["name"] for s in spans} == {name}, api
-        assert sorted((s["attributes"]["evlog.pool.calls"] for s in spans), reverse=True) == calls, api
-        assert sum(calls) == len(chunks_run.out["calls"][api]), api
+        spans = [s for s in chunks_run.under(api) if s["name"] == name]
+        singles = [s for s in chunks_run.under(api) if s["name"] != name]
+        assert [s["name"] for s in singles] == [SINGLE.get(api)] * (api in SINGLE), api
+        spans.sort(key=lambda s: s["attributes"]["evlog.pool.chunk.first"])
+        assert [s["attributes"]["evlog.pool.calls"] for s in spans] == calls, api
+        firsts = [sum(calls[:i]) for i in range(len(calls))]  # each chunk's first item in the map
+        assert [s["attributes"]["evlog.pool.chunk.first"] for s in spans] == firsts, api
+        assert sum(calls) + len(singles) == len(chunks_run.out["calls"][api]), api
         assert {s["attributes"]["evlog.pool.kind"] for s in spans} == {kind}, api
         assert {s["attributes"]["code.function.name"] for s in spans} == {"__main__." + name.split()[1]}, api
         assert {s["kind"] for s in spans} == {"CONSUMER"}, api
+
+
+def test_a_chunk_span_carries_its_calls_timing_and_the_slowest_calls_index(chunks_run):
+    chunks = [s for s in chunks_run.spans if ".chunk " in s["name"] and s["status_code"] != "ERROR"]
+    assert chunks
+    for s in chunks:
+        a = s["attributes"]
+        seconds = (s["end"] - s["start"]) / 1e9
+        assert 0 < a["evlog.pool.call.min"] <= a["evlog.pool.call.mean"] <= a["evlog.pool.call.max"] <= seconds, a
+        assert a["evlog.pool.call.mean"] * a["evlog.pool.calls"] <= seconds, a
+        first, calls = a["evlog.pool.chunk.first"], a["evlog.pool.calls"]
+        assert first <= a["evlog.pool.call.slowest_index"] < first + calls, a
+        assert 1 <= a["evlog.pool.call.slowest_calls"] <= calls, a
     threads = Counter()  # ThreadPool: each chunk ran on one pool thread, named on its span
     for s in chunks_run.under("threadpool.map"):
         threads[s["attributes"]["thread.name"]] += s["attributes"]["evlog.pool.calls"]
@@ -754,7 +776,7 @@ def test_chunk_spans_are_in_the_submitters_trace_and_recorded_by_the_worker_that
         ran = Counter(chunks_run.out["calls"][api])  # the worker pid of every item
         recorded = Counter()
         for s in chunks_run.under(api):
-            recorded[s["resource"]["process.pid"]] += s["attributes"]["evlog.pool.calls"]
+            recorded[s["resource"]["process.pid"]] += s["attributes"].get("evlog.pool.calls", 1)  # 1: a task span
         assert recorded == ran, api
         assert chunks_run.out["main_pid"] not in recorded, api
 
@@ -769,6 +791,7 @@ def test_chunk_mode_keeps_a_span_per_call_for_calls_sent_one_by_one(chunks_run):
     names = {s["name"] for s in chunks_run.spans}
     expected = {"root"} | {f"submit {api}" for api in chunks_run.out["submitters"]}
     expected |= {name for name, _, _ in CHUNKED.values()} | set(PER_CALL.values()) | set(CHUNK_FAILING.values())
+    expected |= set(SINGLE.values())
     assert names == expected  # and no task span for the items of a chunk
 
 
@@ -782,14 +805,82 @@ def test_a_failing_item_fails_its_chunk_span_and_raises_as_without_evlog(chunks_
     for api, name in CHUNK_FAILING.items():
         spans = chunks_run.under(api)
         assert {s["name"] for s in spans} == {name}, api
+        # items 0-2, then 3 and 4: the call of item 4 raised, and the chunk stopped there as without evlog
         assert sorted((s["attributes"]["evlog.pool.calls"], s["status_code"]) for s in spans) == [
-            (3, "ERROR"), (3, "UNSET")], api
+            (2, "ERROR"), (3, "UNSET")], api
         (span,) = [s for s in spans if s["status_code"] == "ERROR"]
         assert span["status_message"] == "ValueError: bad 4", api
+        assert span["attributes"]["evlog.pool.chunk.first"] == 3, api
         (event,) = [e for e in span["events"] if e["name"] == "exception"]
         assert event["attributes"]["exception.type"] == "ValueError"
+        assert event["attributes"]["evlog.pool.call.index"] == 4, api
         assert "fail_at_4" in event["attributes"]["exception.stacktrace"]
         assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frames are not shown
+
+
+def test_a_chunks_timing_names_the_group_a_straggler_was_timed_in():
+    """_chunks._settle on known groups (what _paced noted): a call of 30 us timed alone, 4 calls of 100 ns,
+    then 16 calls timed together in 5 ms plus the time of 15 fast ones: the straggler is one of those 16,
+    from index 100 + 5, and its time is the group's less 15 calls at the fastest rate, 5 ms."""
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    from evlog.instrumentation import _chunks, _taskspan
+
+    span = _taskspan.TaskSpan("multiprocessing.chunk f", SpanContext(1, 2, False, TraceFlags(1)), None, "s", {}, 0)
+    marks = [0, 30_000, 30_400, 30_400 + 5_001_500]  # when each group started, then the end
+    _chunks._settle(span, marks, [1, 4, 64], 21, 100)  # the last group was cut to the 16 calls left
+    assert span.attributes == {
+        "evlog.pool.calls": 21, "evlog.pool.chunk.first": 100, "evlog.pool.call.mean": marks[-1] / 21 / 1e9,
+        "evlog.pool.call.min": 100e-9, "evlog.pool.call.max": 0.005, "evlog.pool.call.slowest_index": 105,
+        "evlog.pool.call.slowest_calls": 16}
+
+
+BIG_MAP_PROGRAM = r'''
+import json, multiprocessing as mp, time
+
+def f(x):
+    return x
+
+if __name__ == "__main__":
+    seconds = []
+    with mp.Pool(2) as p:
+        for _ in range(2):  # in a fresh pool, then again
+            t = time.perf_counter()
+            got = p.map(f, range(200_000))
+            seconds.append(time.perf_counter() - t)
+            assert got == list(range(200_000))
+    print(json.dumps(seconds))
+'''
+
+
+@pytest.mark.slow
+def test_a_pool_map_of_200000_trivial_items_is_traced_whole_with_default_settings(tmp_path):
+    """Issue 29: with a span per call this map ran at 0.03-0.05 of plain and could drop spans at exit.
+    Default settings (run folder, consumers, capture): chunk spans, every call counted in exactly one,
+    nothing dropped. The speed is printed, not judged (benchmarks/pools.py's mp_pool_map holds it)."""
+    script = tmp_path / "big_map.py"
+    script.write_text(BIG_MAP_PROGRAM)
+    plain, traced = [], []
+    for i in range(3):  # plain and evlog in turn
+        proc = subprocess.run([PYTHON, str(script)], env=evlog_env(), capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+        plain.append(json.loads(proc.stdout))
+        folder = tmp_path / f"run{i}"
+        proc = run_instrumented([PYTHON, str(script)], env=evlog_env(EVLOG_RUN_DIR=str(folder)), timeout=180)
+        err = proc.stderr.decode(errors="replace")
+        assert proc.returncode == 0, err
+        traced.append(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+        assert "dropped" not in err and err.startswith("evlog: "), err  # the summary line, and nothing lost
+        chunks = sorted((s["attributes"]["evlog.pool.chunk.first"], s["attributes"]["evlog.pool.calls"])
+                        for s in read_run_folder(str(folder))["spans"] if s["name"] == "multiprocessing.chunk f")
+        one = sorted(set(chunks))  # each map's chunks: the same 8 (the pool's 4 per worker), twice
+        assert chunks == sorted(one * 2) and len(one) == 8
+        assert [first for first, _ in one] == [sum(n for _, n in one[:j]) for j in range(len(one))]  # contiguous
+        assert sum(n for _, n in one) == 200_000
+    for i, what in enumerate(("the first map, in a fresh pool", "the second map")):
+        p, e = sorted(x[i] for x in plain)[1], sorted(x[i] for x in traced)[1]
+        print(f"pool.map of 200,000 trivial items, {what}: evlog at {p / e:.2f} of plain throughput "
+              f"(median seconds of 3: plain {p:.3f}, evlog {e:.3f}; a shared machine's figure)")
 
 
 CHUNK_UNINSTRUMENT_PROGRAM = r'''
@@ -799,7 +890,8 @@ from evlog.bootstrap import boot
 
 originals = {(cfp, "_process_chunk"): cfp._process_chunk, (mpp, "mapstar"): mpp.mapstar,
              (mpp, "starmapstar"): mpp.starmapstar}
-evlog.configure(pool_spans="chunk")
+cutter = mpp.Pool.__dict__["_get_tasks"]
+evlog.configure()
 
 def check(replaced):
     for (module, name), original in originals.items():
@@ -807,6 +899,8 @@ def check(replaced):
         assert (now is not original) is replaced, (name, now)
         assert (now.__module__, now.__qualname__) == (original.__module__, original.__qualname__)
         assert pickle.loads(pickle.dumps(now)) is now  # sent to workers by reference
+    assert (mpp.Pool.__dict__["_get_tasks"] is not cutter) is replaced  # numbers the chunks
+    assert list(mpp.Pool._get_tasks(abs, range(5), 2)) == [(abs, (0, 1)), (abs, (2, 3)), (abs, (4,))]
 
 check(True)
 for name in ("futures", "multiprocessing"):

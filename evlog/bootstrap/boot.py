@@ -14,15 +14,16 @@ from evlog import _report, config
 _started_pid = -1
 
 
-def start(settings: config.Settings | None = None, *, capture: bool | None = None) -> bool:
-    """Set up this process; a second call in the same process does nothing. Never raises."""
+def start(settings: config.Settings | None = None, *, capture: bool | None = None, ready=None) -> bool:
+    """Set up this process; a second call in the same process does nothing. Never raises. ``ready``:
+    called with the final settings once the telemetry is set up, before console capture starts."""
     global _started_pid
     if _started_pid == os.getpid():
         return False
     _started_pid = os.getpid()
     outermost = _enter()  # set-up is an import too (sitecustomize): settled hooks wait for its end
     try:
-        return _start(settings, capture)
+        return _start(settings, capture, ready)
     except Exception as exc:  # evlog must never stop the program from starting
         _report.warn_once("boot", f"set-up failed, the program runs without evlog: {exc!r}")
         return False
@@ -36,7 +37,7 @@ def started() -> bool:
     return _started_pid == os.getpid()
 
 
-def _start(settings, capture) -> bool:
+def _start(settings, capture, ready=None) -> bool:
     # The owner is the launched program's own process (same pid as the launcher's child).
     owner = os.environ.get("EVLOG_OWNER_PID") == str(os.getpid())
     if owner:
@@ -72,6 +73,8 @@ def _start(settings, capture) -> bool:
         torch_elastic.worker_start()
     _instrument(settings)
     _install_consumers(settings)
+    if ready is not None:
+        ready(settings)
     if (owner if capture is None else capture) and settings.capture != "off":
         _install_console(settings)
     return True
@@ -116,6 +119,10 @@ _active: dict = {}
 
 
 def _activator(name: str, target: str):
+    from evlog.instrumentation import SUBMODULES
+
+    watch(*SUBMODULES.get(name, ()))  # before anything can import them, so no thread imports one unseen
+
     def activate(_module):
         if name in _active:
             return
@@ -210,8 +217,15 @@ def _install_console(settings) -> None:
 # made the futures hook import a partial wrapt). A "settled" hook is held while such a module is being
 # imported, and runs when the thread's outermost import is complete; otherwise (the target imported by
 # the user's own module) at once, so that module can use what the hook instruments at import time.
+# A module that another thread is importing is in sys.modules half made: a hook on it registered then
+# (an instrumentor starting in one thread while another imports concurrent.futures.thread) waits for
+# that import's loader to finish it. For that, the loaders of modules that hooks are registered on later
+# (an instrumentor's submodules: watch()) are wrapped from the start, and the registration and the
+# loader's end take turns under _hooks_lock.
 
 _hooks: dict = {}  # module name -> [(hook, settled), ...], until that module is imported
+_watched: set = set()  # names whose loader is wrapped even with no hook yet (watch())
+_executing: set = set()  # names whose wrapped loader is running: their hooks run at its end
 _hooks_lock = threading.RLock()
 _thread = threading.local()  # .importing: an outermost import is running in this thread; .held: settled hooks waiting for its end
 _finder = None
@@ -230,10 +244,21 @@ def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = 
             _finder = _Finder()
             sys.meta_path.insert(0, _finder)
         module = sys.modules.get(name)
-        if module is None:
+        if module is None or name in _executing:  # not imported, or half made: its loader runs the hook
             _hooks.setdefault(name, []).append((hook, settled or after_otel))
             return
     _run(hook, module, settled or after_otel)
+
+
+def watch(*names: str) -> None:
+    """Wrap the loaders of these modules from now on, though no hook is registered on them yet: a hook
+    registered later, while another thread is importing one, then runs once that import has made it."""
+    global _finder
+    with _hooks_lock:
+        _watched.update(names)
+        if _finder is None:
+            _finder = _Finder()
+            sys.meta_path.insert(0, _finder)
 
 
 def _run(hook, module, settled: bool, executed: bool = False) -> None:
@@ -308,7 +333,7 @@ class _Finder:
     thread's outermost import."""
 
     def find_spec(self, name, path=None, target=None):
-        watched = name in _hooks
+        watched = name in _hooks or name in _watched
         if not watched and (getattr(_thread, "importing", False) or _asked_not_imported()):
             return None
         for finder in sys.meta_path:
@@ -342,10 +367,18 @@ class _Loader:
         if spec is not None and spec.loader is self:
             spec.loader = self.loader
         outermost = _enter()
+        with _hooks_lock:
+            _executing.add(self.name)
         try:
-            self.loader.exec_module(module)
-            with _hooks_lock:
+            try:
+                self.loader.exec_module(module)
+            except BaseException:
+                with _hooks_lock:
+                    _executing.discard(self.name)  # its hooks wait for the next import of it
+                raise
+            with _hooks_lock:  # one step: a hook registered from now on finds the module made
                 hooks = _hooks.pop(self.name, ())
+                _executing.discard(self.name)
             if hooks:
                 module = sys.modules.get(self.name, module)
                 parent, _, child = self.name.rpartition(".")

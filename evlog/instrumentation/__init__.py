@@ -15,3 +15,9 @@ TARGETS: dict[str, tuple[str, str]] = {
     "torch_elastic": ("torch.distributed.elastic", "evlog.instrumentation.torch_elastic:TorchElasticInstrumentor"),
     "logging": ("logging", "evlog.instrumentation.logging_bridge:LoggingInstrumentor"),
 }
+
+# name: the target's submodules its instrumentor hooks when they are imported (boot.watch()es them)
+SUBMODULES: dict[str, tuple[str, ...]] = {
+    "futures": ("concurrent.futures.thread", "concurrent.futures.process"),
+    "multiprocessing": ("multiprocessing.pool",),
+}

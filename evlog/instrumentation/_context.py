@@ -13,10 +13,10 @@ keeps one Task per (function, blob): the items of one ``imap`` or ``map`` restor
 name once. On failure the span gets ERROR status and the exception as an event, and the exception goes
 on to the pool unchanged.
 
-With EVLOG_POOL_SPANS=chunk, a Task that a pool sends with chunks of items (``Task.chunk``, set at
-submission) runs under ``runner``, the stand-in for the pool's chunk function: one span per chunk,
-``futures.chunk {function}`` or ``multiprocessing.chunk {function}`` with ``evlog.pool.calls``, and
-the user's function called item by item without a span of its own.
+With EVLOG_POOL_SPANS=chunk (the default), a Task that a pool sends with chunks of items (``Task.chunk``,
+set at submission) runs under ``_chunks.runner``, the stand-in for the pool's chunk function: one span
+per chunk, ``futures.chunk {function}`` or ``multiprocessing.chunk {function}``, and the user's function
+called item by item without a span of its own.
 
 The span is a recorded one (``_taskspan``), started and ended around the call in the thread that runs
 it (so the process's consumers see both moments), ended before the result goes back; the run's exporter
@@ -82,7 +82,7 @@ def current():
 
 def wrap(fn, kind: str, chunk: bool = False):
     """``fn`` as a Task carrying the current context; ``fn`` itself when suppressed or already wrapped.
-    ``chunk``: the pool sends the Task with chunks of items, and each chunk runs in one span (see runner)."""
+    ``chunk``: the pool sends the Task with chunks of items, and each chunk runs in one span (see _chunks)."""
     t = type(fn)
     if t is Task:
         return fn
@@ -176,7 +176,7 @@ def _rebuild(fn, blob: bytes, chunk: bool = False):
 class Task:
     """A user's function with the submitter's context; calling it runs the function in a task span."""
 
-    __slots__ = ("fn", "kind", "parent", "carried", "how", "chunk")
+    __slots__ = ("fn", "kind", "parent", "carried", "how", "chunk", "sent")
 
     def __init__(self, fn, kind: str, parent, carried=_NOT_YET, chunk: bool = False):
         self.fn = fn
@@ -185,6 +185,7 @@ class Task:
         self.carried = carried  # the pickled (kind, portable form), made once (imap pickles one Task per item)
         self.how = None  # (span name, attributes, start) once known
         self.chunk = chunk  # sent with chunks of items: a pool's chunk function runs each chunk in one span
+        self.sent = 0  # items sent so far in chunks (where ProcessPoolExecutor.map submits them: _chunks.number)
 
     def __reduce__(self):
         carried = self.carried
@@ -200,8 +201,8 @@ class Task:
         try:
             how = self.how
             if how is None:
-                span, token = _begin(self)
-            else:  # the usual case, _begin's last steps inline: a task of a process pool seen before
+                span, token = begin(self)
+            else:  # the usual case, begin's last steps inline: a task of a process pool seen before
                 parent = self.parent
                 span = how[2](how[0], how[1], parent)
                 _open[id(span)] = span
@@ -212,63 +213,13 @@ class Task:
         try:
             return self.fn(*args, **kwargs)
         except BaseException as exc:
-            _failed(span, exc)
+            failed(span, exc)
             raise
         finally:
-            _end(span, token)
+            end(span, token)
 
 
-def runner(original, packed: bool):
-    """A stand-in for a pool's chunk function ``original``: multiprocessing.pool's ``mapstar`` and
-    ``starmapstar`` (``packed``: called with one ``(function, items)`` tuple) or concurrent.futures'
-    ``_process_chunk`` (called with ``function, items``). A chunk whose function is a chunk Task is
-    given to ``original`` with the user's own function, inside one span for the whole chunk
-    (``{prefix}.chunk {function}``, attribute ``evlog.pool.calls``); any other chunk goes to
-    ``original`` as it came. Either way no frame of evlog's is left in a traceback.
-
-    A plain function under the original's module and name: pickle sends it by reference (the worker
-    gets its own module's, the stand-in where evlog has set it up, else the original, whose per-call
-    Tasks make task spans)."""
-
-    def run(*args):
-        span = None
-        try:
-            task = args[0][0] if packed else args[0]
-            if type(task) is Task and task.chunk:
-                items = args[0][1] if packed else args[1]
-                try:
-                    span, token = _begin(task, len(items))
-                except Exception as exc:  # evlog's own failure: the chunk runs untraced
-                    _report.warn_once("task-span", f"cannot start a task span, tasks run untraced: {exc!r}")
-                args = ((task.fn, items),) if packed else (task.fn, items)
-            return original(*args)
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            if span is not None:
-                _end(span, token)
-
-    functools.update_wrapper(run, original)
-    run.evlog_original = original
-    return run
-
-
-def install_runner(module, name: str, packed: bool) -> None:
-    """Set ``module.name`` (a pool's chunk function) to its runner (once)."""
-    current = getattr(module, name)
-    if getattr(current, "evlog_original", None) is None:
-        setattr(module, name, runner(current, packed))
-
-
-def remove_runner(module, name: str) -> None:
-    """Put back the chunk function that install_runner replaced."""
-    original = getattr(getattr(module, name, None), "evlog_original", None)
-    if original is not None:
-        setattr(module, name, original)
-
-
-def _begin(task: Task, calls: int = 0):
+def begin(task: Task, calls: int = 0):
     """Start the task's span (a chunk span of ``calls`` calls if given) and make it current."""
     parent = task.parent
     if type(parent) is not _Context:
@@ -313,7 +264,7 @@ def _how(task: Task) -> tuple:
     return how
 
 
-def _end(span, token) -> None:
+def end(span, token) -> None:
     try:
         _detach(token)
         if _open.pop(id(span), None) is not None:
@@ -322,17 +273,28 @@ def _end(span, token) -> None:
         _report.warn_once("task-span-end", f"cannot end a task span: {exc!r}")
 
 
-def _failed(span, exc: BaseException) -> None:
-    """In evlog's frame that caught ``exc``: leave that frame out of its traceback (the pool shows the
-    traceback it shows without evlog), then record ``exc`` on ``span`` (if any)."""
-    tb = exc.__traceback__
-    if tb is not None:
-        exc.__traceback__ = tb.tb_next
+def failed(span, exc: BaseException) -> None:
+    """In evlog's frame that caught ``exc``: leave evlog's frames out of its traceback (the pool shows
+    the traceback it shows without evlog), then record ``exc`` on ``span`` (if any)."""
+    strip_own_frames(exc)
     if span is not None:
-        _fail(span, exc)
+        record_failure(span, exc)
 
 
-def _fail(span, exc: BaseException) -> None:
+_OWN_MODULES = (__name__, __name__.rpartition(".")[0] + "._chunks")  # frames a task's traceback leaves out
+
+
+def strip_own_frames(exc: BaseException) -> None:
+    """Take evlog's frames (the one that caught ``exc`` and any of its callers') off the front of its
+    traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in _OWN_MODULES:
+        tb = tb.tb_next
+    exc.__traceback__ = tb
+
+
+def record_failure(span, exc: BaseException, attributes: dict | None = None) -> None:
+    """ERROR status and an ``exception`` event (with ``attributes``) on ``span``."""
     try:
         if isinstance(exc, SystemExit) and exc.code in (0, None):
             return  # a clean sys.exit() in a process target is not a failure
@@ -341,7 +303,7 @@ def _fail(span, exc: BaseException) -> None:
         except Exception:
             text = type(exc).__name__
         span.set_status(Status(StatusCode.ERROR, text))
-        span.record_exception(exc, escaped=True)
+        span.record_exception(exc, attributes, escaped=True)
     except Exception as err:
         _report.warn_once("task-span-fail", f"cannot record a task's exception: {err!r}")
 

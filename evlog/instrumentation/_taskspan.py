@@ -134,6 +134,12 @@ class TaskSpan(trace.Span):
         if self.end_time is None and attributes:
             self._own().update(_clean(attributes))
 
+    def set_checked_attributes(self, attributes: dict) -> None:
+        """Attributes evlog made itself (str keys; int, float or str values): kept as given, without
+        set_attributes' checks (7 attributes: 7 us with them, well under 1 us without; _chunks)."""
+        if self.end_time is None:
+            self._own().update(attributes)
+
     def add_event(self, name: str, attributes=None, timestamp: int | None = None) -> None:
         if self.end_time is None:
             if self.events is None:

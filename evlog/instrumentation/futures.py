@@ -6,15 +6,17 @@ worker process that ran the call, child of the span current at ``submit()``/``ma
 
 Context travels inside the submitted callable (``_context.Task``): as the Context object to a thread,
 pickled as a few ids to a worker process (any start method). ``ProcessPoolExecutor.map`` wraps the
-function itself, not its chunks, so each item gets its own span; the pool's own machinery (manager
-thread, queue feeder, worker loop) is never wrapped. Importing concurrent.futures also switches on
+function itself, not its chunks; the pool's own machinery (manager thread, queue feeder, worker loop)
+is never wrapped. Importing concurrent.futures also switches on
 context propagation for plain threads (threads.py). The thread and process modules are patched only
 once something imports them.
 
-With EVLOG_POOL_SPANS=chunk (read once per process), ``ProcessPoolExecutor.map(..., chunksize > 1)``
-marks its Task as chunked and the module global ``_process_chunk`` (what each chunk runs in the worker,
-pickled by reference) is replaced by ``_context.runner``: one span ``futures.chunk {function}`` per
-chunk (attribute evlog.pool.calls), the function called per item without a span of its own.
+With EVLOG_POOL_SPANS=chunk (the default; read once per process),
+``ProcessPoolExecutor.map(..., chunksize > 1)`` marks its Task as chunked, ``submit`` numbers each
+chunk map submits (``_chunks.number``), and the module global ``_process_chunk`` (what each chunk runs
+in the worker, pickled by reference) is replaced by ``_chunks.runner``: one span
+``futures.chunk {function}`` per chunk with its calls' count and timing, the function called per item
+without a span of its own. With EVLOG_POOL_SPANS=call every call gets a task span.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from evlog import _report, config
 from evlog.bootstrap.boot import when_imported
 
-from . import _context
+from . import _chunks, _context
 from .threads import ThreadsInstrumentor
 
 
@@ -32,7 +34,8 @@ def _submit(kind: str):
     def submit(wrapped, instance, args, kwargs):
         if args:  # map's chunks, partial(_process_chunk, task), are the pool's own: wrap() leaves them
             try:
-                args = (_context.wrap(args[0], kind),) + args[1:]
+                fn = _chunks.number(args[0], args[1]) if len(args) == 2 and kind == "process" else args[0]
+                args = (_context.wrap(fn, kind),) + args[1:]
             except Exception as exc:
                 _report.warn_once("futures-submit", f"cannot trace submitted tasks: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -79,7 +82,7 @@ class FuturesInstrumentor:
         unwrap("concurrent.futures.process.ProcessPoolExecutor", "map")
         import concurrent.futures.process
 
-        _context.remove_runner(concurrent.futures.process, "_process_chunk")
+        _chunks.remove_runner(concurrent.futures.process, "_process_chunk")
 
     def _patch_thread(self, module) -> None:
         try:
@@ -95,7 +98,7 @@ class FuturesInstrumentor:
                 wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "submit", _submit("process"))
                 wrapt.wrap_function_wrapper(module.ProcessPoolExecutor, "map", _process_map(chunks))
                 if chunks:
-                    _context.install_runner(module, "_process_chunk", packed=False)
+                    _chunks.install_runner(module, "_process_chunk", packed=False)
         except Exception as exc:
             _report.warn_once("futures-process", f"ProcessPoolExecutor is not traced: {exc!r}")
 

@@ -7,17 +7,19 @@ the work was submitted: ``Pool.apply_async/_map_async/imap/imap_unordered`` (so 
 their async forms) or ``Process.start()``.
 
 Context travels inside the callable (``_context.Task``): pickled as a few ids for fork, spawn and
-forkserver alike. Pool chunks are not wrapped, their function is, so each item gets its own span.
+forkserver alike. Pool chunks are not wrapped, their function is.
 For ``Process``, ``start()`` leaves the context on the process object (pickled with it under spawn and
 forkserver) and the child wraps ``target`` (or an overridden ``run``) just before running it.
 Processes that pools, managers and Dask start for themselves get nothing.
 
-With EVLOG_POOL_SPANS=chunk (read once per process), the methods that send chunks (``_map_async``
-unless chunksize=1, ``imap``/``imap_unordered`` with chunksize > 1) mark their Task as chunked, and
-the pool's chunk functions, the module globals ``mapstar`` and ``starmapstar``, are replaced by
-``_context.runner``: one span ``multiprocessing.chunk {function}`` per chunk (attribute
-evlog.pool.calls, the number of items), the function called per item without a span of its own.
-Workers get the replacement by inheritance (fork) or from this module's hook (spawn, forkserver).
+With EVLOG_POOL_SPANS=chunk (the default; read once per process), the methods that send chunks
+(``_map_async`` unless chunksize=1, ``imap``/``imap_unordered`` with chunksize > 1) mark their Task as
+chunked; ``Pool._get_tasks``, which cuts their items into chunks, numbers each chunk
+(``_chunks.numbered``); and the pool's chunk functions, the module globals ``mapstar`` and
+``starmapstar``, are replaced by ``_chunks.runner``: one span ``multiprocessing.chunk {function}`` per
+chunk with its calls' count and timing, the function called per item without a span of its own (a
+chunk of one item gets a task span). Workers get the replacement by inheritance (fork) or from this
+module's hook (spawn, forkserver). With EVLOG_POOL_SPANS=call every call gets a task span.
 
 Nothing is lost at shutdown: spans end when the function returns, before the result goes back, and
 every way a worker leaves flushes (evlog.bootstrap.lifecycle): the sentinel (normal exit or
@@ -38,7 +40,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from evlog import _report, config
 from evlog.bootstrap.boot import when_imported
 
-from . import _context
+from . import _chunks, _context
 from ._sigterm import SigtermGuard
 from .threads import ThreadsInstrumentor
 
@@ -47,6 +49,7 @@ _POOL_METHODS = ("apply_async", "_map_async", "imap", "imap_unordered")
 # The methods that send chunks: where their chunksize is among the arguments (after self), its default
 _CHUNKSIZE = {"_map_async": (3, None), "imap": (2, 1), "imap_unordered": (2, 1)}
 _CHUNK_FUNCTIONS = ("mapstar", "starmapstar")
+_CUTTER = "_get_tasks"  # Pool's static method that cuts a map's items into chunks
 
 
 def _pool_submit(thread_pool: type, chunksize=None):
@@ -142,7 +145,8 @@ class MultiprocessingInstrumentor:
         import multiprocessing.pool
 
         for name in _CHUNK_FUNCTIONS:
-            _context.remove_runner(multiprocessing.pool, name)
+            _chunks.remove_runner(multiprocessing.pool, name)
+        _unnumber(multiprocessing.pool.Pool)
 
     def _patch_pool(self, module) -> None:
         try:
@@ -153,9 +157,37 @@ class MultiprocessingInstrumentor:
                     wrapt.wrap_function_wrapper(module.Pool, name, _pool_submit(module.ThreadPool, where))
                 if chunks:
                     for name in _CHUNK_FUNCTIONS:
-                        _context.install_runner(module, name, packed=True)
+                        _chunks.install_runner(module, name, packed=True)
+                    _number(module.Pool)
         except Exception as exc:
             _report.warn_once("mp-pool-patch", f"multiprocessing.Pool is not traced: {exc!r}")
+
+
+def _numbered(wrapped, instance, args, kwargs):
+    """Pool._get_tasks(func, iterable, size): the chunks of a chunk Task numbered (see _chunks)."""
+    chunks = wrapped(*args, **kwargs)
+    task = args[0] if args else kwargs.get("func")
+    if type(task) is _context.Task and task.chunk:
+        return _chunks.numbered(task, chunks)
+    return chunks
+
+
+def _number(pool_class) -> None:
+    """Number the chunks Pool._get_tasks cuts, where this Python has it (3.10 to 3.14 do): without it
+    chunk spans carry no item index."""
+    original = pool_class.__dict__.get(_CUTTER)
+    if isinstance(original, staticmethod):  # not yet wrapped (a wrapper is a wrapt.FunctionWrapper)
+        _saved[pool_class] = original
+        wrapt.wrap_function_wrapper(pool_class, _CUTTER, _numbered)
+
+
+def _unnumber(pool_class) -> None:
+    original = _saved.pop(pool_class, None)
+    if original is not None:
+        setattr(pool_class, _CUTTER, original)  # the staticmethod itself (unwrap would leave its function)
+
+
+_saved: dict = {}  # Pool -> its own _get_tasks (a staticmethod) while numbered
 
 
 def _ours(cls, name: str) -> bool:

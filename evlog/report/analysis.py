@@ -11,7 +11,7 @@ import statistics
 
 from . import groups, profile
 from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
-                     label, merge, ms, pct, secs, split_exception)
+                     label, merge, ms, pct, process_name, secs, split_exception)
 from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
@@ -373,8 +373,8 @@ def _stories(spans: list[dict], keys: set) -> dict:
         k = r["attributes"].get("dask.task.key")
         if k not in keys or not r["events"]:
             continue
-        proc = label(r["resource"])
-        worker = str(r["attributes"].get("dask.worker.address") or "")
+        proc = process_name(r["resource"])  # as `evlog story` names it: the worker has its own column
+        worker = str(r["attributes"].get("dask.worker.address") or r["resource"].get("dask.worker.address") or "")
         lst = out.setdefault(k, [])
         for ev in r["events"]:
             a = ev.get("attributes") or {}

@@ -66,6 +66,11 @@ def label(resource: dict) -> str:
     w = resource.get("dask.worker.address")
     if w:
         return str(w)
+    return process_name(resource)
+
+
+def process_name(resource: dict) -> str:
+    """service role pid@host, a Dask worker's too (stories: the worker has its own column)."""
     service, role, host = (str(resource.get(k) or "") for k in ("service.name", "dask.role", "host.name"))
     pid = resource.get("process.pid")
     return " ".join(x for x in (service, role if role and role not in service else "",

@@ -11,6 +11,7 @@ from .common import (MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAG
                      split_exception)
 
 POOL_SPANS = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
+CHUNK_SPANS = ("futures.chunk", "multiprocessing.chunk")
 RANK_STRAGGLER_RATIO = 1.25  # a rank that ran this much longer than the median rank ...
 RANK_STRAGGLER_MIN_S = 1.0   # ... and at least this much longer
 
@@ -30,9 +31,55 @@ def _error(r: dict) -> tuple[str, str, str]:
     return etype, msg, tb
 
 
+def _int(value) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class _Calls:
+    """What one pool span says about its calls: a task span is one call; a chunk span (docs/pools.md)
+    ``count`` calls of ``mean`` seconds each, the slowest ``max_s`` (call ``slowest`` of the map's input,
+    one of ``slowest_of`` timed together), a failing one ``failed_at``."""
+
+    __slots__ = ("count", "seconds", "mean", "max_s", "slowest", "slowest_of", "failed_at")
+
+    def __init__(self, r: dict):
+        a = r["attributes"]
+        self.seconds = (r["end"] - r["start"]) / NS
+        self.count, self.slowest, self.slowest_of, self.failed_at = 1, None, 1, None
+        self.mean = self.max_s = self.seconds
+        if r["name"].startswith(CHUNK_SPANS):
+            self.count = max(1, _int(a.get("evlog.pool.calls")) or 1)
+            self.mean = _num(a.get("evlog.pool.call.mean"), self.seconds / self.count)
+            self.max_s = _num(a.get("evlog.pool.call.max"), self.mean)
+            self.slowest = _int(a.get("evlog.pool.call.slowest_index"))
+            self.slowest_of = max(1, _int(a.get("evlog.pool.call.slowest_calls")) or 1)
+            for ev in r["events"]:
+                if ev.get("name") == "exception":
+                    self.failed_at = _int((ev.get("attributes") or {}).get("evlog.pool.call.index"))
+
+
+def _num(value, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _weighted_median(pairs: list[tuple[float, int]]) -> float:
+    """The median of values given with their counts (a chunk's mean stands for each of its calls)."""
+    pairs = sorted(pairs)
+    half, seen = sum(n for _, n in pairs) / 2, 0
+    for value, n in pairs:
+        seen += n
+        if seen >= half:
+            return value
+    return pairs[-1][0] if pairs else 0.0
+
+
 def pools(spans: list[dict]) -> dict | None:
     """Pool calls by function: count, total, median and longest time, failures; stragglers (the
-    Dask rule: over 5x the function's median and over 100 ms); busy share per process and thread."""
+    Dask rule: over 5x the function's median and over 100 ms); busy share per process and thread.
+    A chunk span's calls count one by one (its mean for each, its slowest and failing call by index)."""
     rows = [r for r in spans if r["name"].startswith(POOL_SPANS)]
     if not rows:
         return None
@@ -44,25 +91,31 @@ def pools(spans: list[dict]) -> dict | None:
     kinds: dict[str, int] = {}
     for fn, _kind in by:
         kinds[fn] = kinds.get(fn, 0) + 1
-    functions, strag, fails = {}, [], []
+    functions, strag, fails, alone = {}, [], [], {}
+    calls_of = {id(r): _Calls(r) for r in rows}
     for (name, kind), rs in sorted(by.items(), key=lambda kv: -sum(r["end"] - r["start"] for r in kv[1])):
         fn = name if kinds[name] == 1 else f"{name} ({kind or 'unknown pool'})"
-        ds = [r["end"] - r["start"] for r in rs]
-        med = statistics.median(ds)
+        cs = [calls_of[id(r)] for r in rs]
+        count = sum(c.count for c in cs)
+        med = _weighted_median([(c.mean, c.count) for c in cs])
         erred = [r for r in rs if r["status_code"] == "ERROR"]
-        functions[fn] = {"count": len(rs), "total_s": round(sum(ds) / NS, 6), "median_s": round(med / NS, 6),
-                         "max_s": round(max(ds) / NS, 6), "erred": len(erred), "function": name, "kind": kind}
-        if len(rs) >= STRAGGLER_MIN_COUNT:
-            for r, d in zip(rs, ds):
-                if d > STRAGGLER_RATIO * med and d > STRAGGLER_MIN_S * NS:
+        functions[fn] = {"count": count, "total_s": round(sum(c.seconds for c in cs), 6), "median_s": round(med, 6),
+                         "max_s": round(max(c.max_s for c in cs), 6), "erred": len(erred), "function": name,
+                         "kind": kind}
+        alone[fn] = [c.seconds for r, c in zip(rs, cs) if not r["name"].startswith(CHUNK_SPANS)]
+        if count >= STRAGGLER_MIN_COUNT:
+            for r, c in zip(rs, cs):
+                if c.max_s > STRAGGLER_RATIO * med and c.max_s > STRAGGLER_MIN_S:
                     strag.append({"function": fn, "process": label(r["resource"]),
                                   "thread": str(r["attributes"].get("thread.name") or ""), "start": _secs(r["start"]),
-                                  "seconds": round(d / NS, 6), "median_s": round(med / NS, 6),
-                                  "ratio": round(d / med, 1) if med else None, "span_id": r["span_id"]})
+                                  "seconds": round(c.max_s, 6), "median_s": round(med, 6),
+                                  "ratio": round(c.max_s / med, 1) if med else None, "span_id": r["span_id"],
+                                  "index": c.slowest, "timed_with": c.slowest_of})
         for r in erred:
             etype, msg, tb = _error(r)
             fails.append({"function": fn, "process": label(r["resource"]), "time": _secs(r["end"]),
-                          "exception": etype, "message": msg, "stacktrace": tb, "span_id": r["span_id"]})
+                          "exception": etype, "message": msg, "stacktrace": tb, "span_id": r["span_id"],
+                          "index": calls_of[id(r)].failed_at})
     strag.sort(key=lambda x: -x["seconds"])
     fails.sort(key=lambda x: x["time"] or 0)
     t0, t1 = min(r["start"] for r in rows), max(r["end"] for r in rows)
@@ -71,25 +124,41 @@ def pools(spans: list[dict]) -> dict | None:
         busy.setdefault((label(r["resource"]), str(r["attributes"].get("thread.name") or "")), []).append(
             (r["start"], r["end"]))
     span = max(1, t1 - t0)
-    workers = [{"process": p, "thread": th, "calls": len(iv),
+    calls: dict[tuple, int] = {}
+    for r in rows:
+        key = (label(r["resource"]), str(r["attributes"].get("thread.name") or ""))
+        calls[key] = calls.get(key, 0) + calls_of[id(r)].count
+    workers = [{"process": p, "thread": th, "calls": calls[(p, th)],
                 "busy_s": round(sum(e - s for s, e in merge(iv)) / NS, 6),
                 "utilisation": round(sum(e - s for s, e in merge(iv)) / span, 4)}
                for (p, th), iv in sorted(busy.items())]
     advice = []
-    for fn, f in functions.items():
-        if f["count"] >= 1000 and f["median_s"] < 0.001:
-            advice.append(f"pool: {f['count']:,} calls of {fn} with a median of {ms(f['median_s'])}: the pool's "
-                          "per-call overhead is of the same order; pass larger items or a chunksize")
+    for fn, ds in alone.items():  # calls sent one at a time: each pays the pool's own cost per call
+        if len(ds) >= 1000 and statistics.median(ds) < 0.001:
+            advice.append(f"pool: {len(ds):,} calls of {fn} sent one at a time with a median of "
+                          f"{ms(statistics.median(ds))}: the pool's per-call overhead is of the same order; pass "
+                          "larger items or a chunksize")
     if strag:
         s = strag[0]
-        advice.append(f"pool: a call of {s['function']} took {ms(s['seconds'])}, {s['ratio']}x the median, "
+        advice.append(f"pool: {call_name(s) or 'a call'} of {s['function']} took {ms(s['seconds'])}, {s['ratio']}x the median, "
                       f"in {s['process']}" + (f" (and {len(strag) - 1} more stragglers)" if len(strag) > 1 else ""))
     if fails:
         f = fails[0]
-        advice.append(f"pool: {len(fails)} call(s) failed, first {f['function']}: {f['exception'] or 'error'} "
-                      f"{f['message'][:120]}")
+        advice.append(f"pool: {len(fails)} call(s) failed, first {call_name(f) or 'a call'} of {f['function']}: "
+                      f"{f['exception'] or 'error'} {f['message'][:120]}")
     return {"start": _secs(t0), "end": _secs(t1), "functions": functions, "stragglers": strag[:MAX_LISTED],
             "failures": fails[:MAX_LISTED], "workers": workers, "advice": advice}
+
+
+def call_name(x: dict) -> str:
+    """How a pool straggler or failure of a chunk span names its call: ``call 17`` (its index in the
+    map's input), ``one of calls 1000-1399`` (timed together); "" for a call sent alone (its own span)."""
+    index, together = x.get("index"), x.get("timed_with") or 1
+    if index is None:
+        return ""
+    if together > 1:
+        return f"one of calls {index}-{index + together - 1}"
+    return f"call {index}"
 
 
 def ranks(spans: list[dict], logs: list[dict]) -> dict | None:

@@ -8,7 +8,7 @@ import html
 import json
 from importlib import resources
 
-from .render_text import _d, _pct, _t
+from .render_text import _call, _d, _pct, _t
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
@@ -195,9 +195,9 @@ def render_html(rep: dict) -> str:
         parts.append('<section id="pools"><h2>Pools: time by function</h2>' + _table(
             ["function", "kind", "calls", "total", "median", "longest", "erred"], rows, "pools", numeric={2, 3, 4, 5, 6})
             + "".join(_profiles(p["functions"]))  # issue 31
-            + "".join(f"<p>straggler: {_e(s['function'])} {_d(s['seconds'])}, {s['ratio']}x the median, in "
+            + "".join(f"<p>straggler: {_e(_call(s))}{_e(s['function'])} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                       f"{_e(s['process'])} {_e(s['thread'])}</p>" for s in p["stragglers"][:20])
-            + "".join(f"<details open><summary>failed: {_e(f['function'])} {_e(f['exception'])}: {_e(f['message'])}"
+            + "".join(f"<details open><summary>failed: {_e(_call(f))}{_e(f['function'])} {_e(f['exception'])}: {_e(f['message'])}"
                       f"</summary><pre>{_e(f['stacktrace'])}</pre></details>" for f in p["failures"][:20])
             + "</section>")
     r = rep.get("ranks")

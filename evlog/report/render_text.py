@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 
+from .groups import call_name
+
 DETAILED = 10  # computations shown in full (those with failures or stragglers, then the longest)
 STORY_LINES = 12  # story lines shown per straggler (failures: all)
 
@@ -21,6 +23,12 @@ def _d(s: float | None) -> str:
     if s < 1e-4:
         return f"{s * 1e6:.0f} us"
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
+
+
+def _call(x: dict) -> str:
+    """``call 17 of `` before a pool straggler's or failure's function, where its chunk span names it."""
+    name = call_name(x)
+    return f"{name} of " if name else ""
 
 
 def _pct(x: float) -> str:
@@ -142,10 +150,10 @@ def render_text(rep: dict) -> str:
                           str(f["erred"])] for fn, f in p["functions"].items()])
         out += _profiles(p["functions"])  # issue 31: the hottest functions per pool function
         for s in p["stragglers"][:10]:
-            out.append(f"  straggler: {s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in {s['process']} "
-                       f"{s['thread']} at {_t(s['start'])}".rstrip())
+            out.append(f"  straggler: {_call(s)}{s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in "
+                       f"{s['process']} {s['thread']} at {_t(s['start'])}".rstrip())
         for f in p["failures"][:10]:
-            out.append(f"  failed: {f['function']} {f['exception']}: {f['message'][:200]} in {f['process']}")
+            out.append(f"  failed: {_call(f)}{f['function']} {f['exception']}: {f['message'][:200]} in {f['process']}")
     r = rep.get("ranks")
     if r:
         out += _section("torch ranks (time by rank):", ["rank", "local", "node", "pids", "time", "spans", "erred"],

@@ -16,7 +16,11 @@ is counted (``sink_errors``) and the client gets a partial-success response reje
   or encoding. ``build_app(extra_routes)`` makes the aiohttp app, so ``evlog serve`` can put its
   dashboard on the same port.
 
-Port 0 picks a free port; ``start()`` returns once both servers listen; ``stop()`` is bounded.
+Port 0 picks a free port; ``start()`` returns once both servers listen; ``stop()`` is bounded. A port
+that is taken is a ``ListenError`` naming the transport and the address (``check_ports()`` finds it
+before anything starts), never gRPC C-core's own lines. A client speaking gRPC (HTTP/2) to the HTTP port
+(an exporter given the HTTP port but no protocol) gets no aiohttp traceback per attempt: ``notice`` is
+told once what to set.
 ``fail_with(status)`` makes every export fail on purpose (a gRPC code name such as "UNAVAILABLE",
 or an HTTP status such as 503 or 429; each mapped to the other transport) until ``clear_failure()``,
 for fault-injection tests.
@@ -27,15 +31,18 @@ import asyncio
 import collections
 import concurrent.futures
 import json
+import logging
+import os
 import re
 import socket
+import sys
 import threading
 import zlib
 from typing import Any, Callable
 
 from evlog.viewer.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
 
-__all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY"]
+__all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY", "ListenError"]
 
 DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
@@ -106,6 +113,61 @@ def _response_classes() -> dict:
     }
 
 
+class ListenError(OSError):
+    """A port the receiver cannot listen on; ``transport``: "grpc" or "http"."""
+
+    def __init__(self, transport: str, host: str, port: int, reason: str):
+        super().__init__(f"cannot listen for OTLP/{'gRPC' if transport == 'grpc' else 'HTTP'} on "
+                         f"{_url_host(host) if host in ('', '0.0.0.0', '::') else host}:{port}: {reason}")
+        self.transport = transport
+
+
+def _probe(transport: str, host: str, port: int | None) -> None:
+    """Bind ``host:port`` and let it go: a taken port is a ListenError here, before the server binds it."""
+    if not port:
+        return
+    try:
+        socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET).close()
+    except OSError as e:
+        raise ListenError(transport, host, port, _reason(e)) from None
+
+
+def _reason(e: OSError) -> str:
+    """The system's words for ``e`` ("Address already in use"), without create_server's additions."""
+    return os.strerror(e.errno) if e.errno else str(e)
+
+
+class _ServerLog(logging.LoggerAdapter):
+    """aiohttp's server log (the ``aiohttp.server`` logger) for this receiver's HTTP port, except that an
+    HTTP/2 connection preface ("PRI * HTTP/2.0", what a gRPC exporter sends first) is told to ``notice``
+    once, with what to set, and not logged (aiohttp logs a traceback per attempt)."""
+
+    def __init__(self, receiver: "OTLPReceiver"):
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.receiver = receiver
+        self.told = False
+
+    def log(self, level, msg, *args, exc_info=None, **kwargs):
+        exc = sys.exc_info()[1] if exc_info is True else exc_info
+        if isinstance(exc, tuple):
+            exc = exc[1]
+        text = str(exc) if isinstance(exc, BaseException) else ""
+        if not ("PRI" in text or "HTTP/2" in text):
+            return super().log(level, msg, *args, exc_info=exc_info, **kwargs)
+        if not self.told:
+            self.told = True
+            r = self.receiver
+            fix = (f"send gRPC to OTEL_EXPORTER_OTLP_ENDPOINT={r.grpc_endpoint}, or set " if r.grpc_port else "set ")
+            source = args[0] if args else "a client"
+            r._notice(f"OTLP/gRPC came to the OTLP/HTTP port {_url_host(r.host)}:{r.http_port} (from {source}); "
+                      f"{fix}OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port")
+
+
+def _stderr(text: str) -> None:
+    sys.stderr.write(f"evlog: {text}\n")
+    sys.stderr.flush()
+
+
 def _url_host(host: str) -> str:
     if host in ("", "0.0.0.0"):
         return "127.0.0.1"
@@ -121,6 +183,7 @@ class OTLPReceiver:
     ``extra_routes``: aiohttp route definitions, or a callable ``(app) -> None``, added to the HTTP app.
     ``decode_proto``: ``(signal, body) -> rows`` for protobuf bodies (default otlp_decode's); it raises
     DecodeError for a malformed body, and what it returns (anything with a length) goes to the sink.
+    ``notice``: called with one line for the user about a client's mistake (default: stderr).
     """
 
     def __init__(
@@ -133,8 +196,10 @@ class OTLPReceiver:
         extra_routes: Any = None,
         grpc_workers: int = 4,
         decode_proto: Callable[[str, bytes], Any] = decode_proto,
+        notice: Callable[[str], Any] = _stderr,
     ):
         self._sink = sink
+        self._notice = notice
         self._decode_proto = decode_proto  # evlog serve passes one that keeps spans as protobuf
         self.host = host
         self._want_grpc = grpc_port
@@ -249,11 +314,19 @@ class OTLPReceiver:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def check_ports(self) -> None:
+        """Raise ListenError if a port asked for (not 0) is taken now."""
+        if self._want_grpc is not None:
+            _probe("grpc", self.host, self._want_grpc)
+        if self._want_http is not None:
+            _probe("http", self.host, self._want_http)
+
     def start(self, timeout: float = 10.0) -> "OTLPReceiver":
         """Bind and listen (gRPC and HTTP); returns once both accept connections."""
         if self._started:
             return self
         try:
+            self.check_ports()  # a taken gRPC port would otherwise print gRPC C-core's own error first
             if self._want_grpc is not None:
                 self._start_grpc()
             if self._want_http is not None:
@@ -346,9 +419,9 @@ class OTLPReceiver:
         try:
             port = self._grpc_server.add_insecure_port(f"{host}:{self._want_grpc}")
         except RuntimeError as e:
-            raise OSError(f"cannot listen for OTLP/gRPC on {self.host}:{self._want_grpc}: {e}") from None
+            raise ListenError("grpc", self.host, self._want_grpc, str(e)) from None
         if not port:
-            raise OSError(f"cannot listen for OTLP/gRPC on {self.host}:{self._want_grpc}")
+            raise ListenError("grpc", self.host, self._want_grpc, "the port could not be bound")
         self._grpc_port = port
         self._grpc_server.start()
 
@@ -497,8 +570,12 @@ class OTLPReceiver:
         from aiohttp import web
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.create_server((self.host, self._want_http), family=family, backlog=128)
+        try:
+            sock = socket.create_server((self.host, self._want_http), family=family, backlog=128)
+        except OSError as e:
+            raise ListenError("http", self.host, self._want_http, _reason(e)) from None
         self._http_port = sock.getsockname()[1]
+        log = _ServerLog(self)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="evlog-otlp-http")
         app = self.build_app(self._extra_routes)
         loop = asyncio.new_event_loop()
@@ -506,7 +583,7 @@ class OTLPReceiver:
         error: list[BaseException] = []
 
         async def serve() -> None:
-            runner = web.AppRunner(app, access_log=None, auto_decompress=False, shutdown_timeout=1.0)
+            runner = web.AppRunner(app, access_log=None, auto_decompress=False, shutdown_timeout=1.0, logger=log)
             await runner.setup()
             await web.SockSite(runner, sock).start()
             self._runner = runner

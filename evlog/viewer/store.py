@@ -208,6 +208,12 @@ def _loads(s: str | None) -> Any:
     return json.loads(s)
 
 
+def process_name(service: str, role: str, pid, host: str) -> str:
+    """A process as evlog names it where not by its Dask worker address: ``app worker 4242@host``."""
+    return " ".join(x for x in (service, role if role and role not in service else "",
+                                f"{pid}@{host}" if pid else host) if x) or "unknown"
+
+
 class Store:
     """One evlog SQLite database. ``path=None`` keeps it in memory (one connection, one thread)."""
 
@@ -231,6 +237,13 @@ class Store:
             raise StoreError(f"{self.path}: cannot create the database: the folder {os.path.dirname(self.path)} "
                              "does not exist")
         try:
+            if self.path and create:  # telemetry can hold secrets: a new database is the user's alone
+                try:
+                    os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    raise StoreError(f"{self.path}: cannot create the database ({e.strerror})") from None
             self.conn = sqlite3.connect(self.path or ":memory:", check_same_thread=False,
                                         isolation_level=None, timeout=30)
             self._check_and_create(create)
@@ -436,8 +449,7 @@ class Store:
             role = str(r.get("dask.role") or r.get("evlog.process.role") or "")
             host = str(r.get("host.name") or "")
             ppid = r.get("process.pid")
-            label = str(worker) or " ".join(x for x in (service, role if role and role not in service else "",
-                                                        f"{ppid}@{host}" if ppid else host) if x) or "unknown"
+            label = str(worker) or process_name(service, role, ppid, host)
             cur = self.conn.execute(
                 "INSERT INTO processes (rkey, label, service, role, pid, host, worker, resource) "
                 "VALUES (?,?,?,?,?,?,?,?)",
@@ -621,25 +633,32 @@ class Store:
     def story(self, key: str) -> list[dict]:
         """A task's transitions in time order across processes (like Scheduler.story, but kept).
 
-        Each entry: time (ns), start, finish, stimulus, worker, process (label), span (name). Span
+        Each entry: time (ns), start, finish, stimulus, worker, process (service, role and pid@host, as
+        the report names processes; a Dask worker's too, not its address alone), span (name). Span
         events that are not transitions (e.g. compute start/stop) come with start=None and their
-        name in ``event``.
+        name in ``event``; an exception's has its text in ``message``, as the report shows it.
         """
         out = []
-        rows = self._q("SELECT s.name, s.events, s.req, s.idx, s.worker, p.label FROM spans s LEFT JOIN processes p "
-                       "ON p.id = s.process WHERE s.task_key = ? ORDER BY s.start", (key,))
+        rows = self._q("SELECT s.name, s.events, s.req, s.idx, s.worker, p.label, p.service, p.role, p.pid, p.host, "
+                       "p.worker FROM spans s LEFT JOIN processes p ON p.id = s.process WHERE s.task_key = ? "
+                       "ORDER BY s.start", (key,))
         raws = iter(self._requests.rows(self.reader(), [(r[2], r[3]) for r in rows if r[2] is not None]))
-        for name, events, req, _idx, worker, label in rows:
+        for name, events, req, _idx, worker, label, service, role, pid, host, own in rows:
             evs = next(raws)["events"] if req is not None else (_loads(events) or ())
+            process = process_name(service or "", role or "", pid, host or "") if label is not None else ""
+            worker = worker or own  # the span's worker, else the worker the process is
             for ev in evs:
                 a = ev.get("attributes") or {}
-                out.append({
+                entry = {
                     "time": ev.get("time", 0), "event": ev.get("name", ""),
                     "start": a.get("dask.transition.start"), "finish": a.get("dask.transition.finish"),
                     "stimulus": a.get("dask.stimulus_id"),
-                    "worker": a.get("dask.worker.address") or worker or "", "process": label or "",
+                    "worker": a.get("dask.worker.address") or worker or "", "process": process,
                     "span": name,
-                })
+                }
+                if "exception.message" in a:
+                    entry["message"] = str(a["exception.message"])
+                out.append(entry)
         out.sort(key=lambda e: e["time"])
         return out
 

@@ -80,6 +80,13 @@
     }));
   }
 
+  // A chunk span's call: its index in the map's input ("1000–1399": one of the calls timed together);
+  // empty for a call sent alone (its own span).
+  function callIndex(x) {
+    if (x.index === null || x.index === undefined) return "";
+    return x.timed_with > 1 ? x.index + "–" + (x.index + x.timed_with - 1) : String(x.index);
+  }
+
   function pools(p) {
     var box = EV.el("div");
     box.appendChild(EV.el("h4", {}, "Pool calls by function"));
@@ -87,11 +94,11 @@
       var x = p.functions[f];
       return [f, x.kind, EV.num(x.count), secs(x.total_s), secs(x.median_s), secs(x.max_s), String(x.erred)];
     })));
-    if (p.stragglers.length) box.appendChild(EV.table(["straggler", "took", "× median", "process", "thread"], p.stragglers.map(function (s) {
-      return [spanLink(s.function, s.row_id), secs(s.seconds), s.ratio ? s.ratio + "×" : "-", s.process, s.thread || ""];
+    if (p.stragglers.length) box.appendChild(EV.table(["straggler", "call", "took", "× median", "process", "thread"], p.stragglers.map(function (s) {
+      return [spanLink(s.function, s.row_id), callIndex(s), secs(s.seconds), s.ratio ? s.ratio + "×" : "-", s.process, s.thread || ""];
     })));
-    if (p.failures.length) box.appendChild(EV.table(["failed call", "exception", "process"], p.failures.map(function (f) {
-      return [spanLink(f.function, f.row_id), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.process];
+    if (p.failures.length) box.appendChild(EV.table(["failed call", "call", "exception", "process"], p.failures.map(function (f) {
+      return [spanLink(f.function, f.row_id), callIndex(f), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.process];
     }), function () { return "err"; }));
     return box;
   }
