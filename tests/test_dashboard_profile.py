@@ -68,6 +68,12 @@ def test_the_worker_selector_narrows_the_flame_graph_to_one_worker(view, browser
                         what="one worker's graph")
         one = browser.js("document.getElementById('profile-note').textContent")
         per += _samples(one) if f" of {label} on " in one else 0  # a worker that ran none shows another prefix
+    # all workers again, read now: the page opened while the run folder was still being stored
+    browser.js("(() => { const s = document.getElementById('worker'); s.value = ''; "
+               "s.dispatchEvent(new Event('change')); })()")
+    browser.wait_js("document.getElementById('profile-note').textContent.includes('on all workers')",
+                    what="all workers' graph")
+    note = browser.js("document.getElementById('profile-note').textContent")
     assert per == _samples(note), (per, note)
     assert browser.js("document.querySelectorAll('#flame svg rect').length") > 2
     test_dashboard_gantt.no_exceptions(browser)

@@ -1,7 +1,7 @@
 """One line per mistake, word for word (issue 29), each from a real run of the command a user types:
 
 - a gRPC exporter pointed at `evlog serve`'s HTTP port: `evlog serve` says once what to set, and prints
-  no aiohttp traceback;
+  no aiohttp traceback; the program says once per run (not once per process) what to set;
 - `evlog serve` on a port that is taken: one clean line naming the port and the option, exit 1, and no
   database left behind (a database it makes is readable by its user alone);
 - `evlog.configure()` says where it writes its run folder;
@@ -46,6 +46,15 @@ def test_grpc_sent_to_the_http_port_of_evlog_serve_is_one_line_naming_what_to_se
         _wait_for_text(serve.stderr)
     finally:
         _, err = serve.stop()
+    # the program's side: one line for the run (only its exporter process talks to the collector), naming
+    # what to set; the gRPC library's own words, in the middle, are quoted as they come
+    said = [l for l in proc.stderr.decode().splitlines() if l.startswith("evlog:")]
+    assert len(said) == 2 and said[1].startswith("evlog: 0 spans"), said
+    assert said[0].startswith("evlog: exporting failed (") and "Failed parsing HTTP/2" in said[0], said
+    assert said[0].endswith("); the endpoint's port speaks HTTP/1.1, not gRPC: set OTEL_EXPORTER_OTLP_PROTOCOL="
+                            "http/protobuf for an OTLP/HTTP port (4318; evlog serve's too), or point the endpoint at "
+                            "the gRPC port (4317); failed batches are retried, what cannot be sent by the end of "
+                            "the run is dropped and counted"), said
     assert err == (f"evlog serve: OTLP/gRPC came to the OTLP/HTTP port 127.0.0.1:{serve.http} (from 127.0.0.1); "
                    f"send gRPC to OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{serve.grpc}, or set "
                    "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port\n")

@@ -34,6 +34,7 @@ from .profiler import leave_span as _profile_leave
 
 _POOL = _Task.POOL.value
 _getframe = sys._getframe
+_BEGIN = ("begin", "_begin")  # _context's function that starts a task span for its caller
 
 _getrandbits = random.getrandbits
 _FLAGS = (TraceFlags(0), TraceFlags(1))
@@ -241,10 +242,10 @@ def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
         return NonRecordingSpan(sc)
     span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
     # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame that calls the
-    # task (_context's Task.__call__ or runner, which call this directly or through _begin)
+    # task (_context's Task.__call__ or a runner, which call this directly or through _context.begin)
     stop = _getframe(1)
     _profile_enter(_POOL, attributes.get("code.function.name") or name, trace_id, sc.span_id,
-                   stop.f_back if stop.f_code.co_name == "_begin" else stop)
+                   stop.f_back if stop.f_code.co_name in _BEGIN else stop)
     for p in _consumers():
         p.on_start(span, parent_context=parent)
     return span

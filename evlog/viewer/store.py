@@ -591,7 +591,7 @@ class Store:
         q = self._q
         spans, span_events, traces, s0, s1 = q(
             "SELECT count(*), coalesce(sum(n_events), 0), count(DISTINCT trace_id), min(start), max(end) FROM spans")[0]
-        events = q("SELECT count(*) FROM logs WHERE event_name != ''")[0][0]
+        events = q("SELECT count(*) FROM logs WHERE event_name != '' AND event_name != 'evlog.profile'")[0][0]
         logs = q("SELECT count(*) FROM logs WHERE event_name = ''")[0][0]
         m0 = q("SELECT min(time) FROM logs")[0][0]
         m1 = q("SELECT max(time) FROM logs")[0][0]
@@ -731,7 +731,7 @@ class Store:
     def console_streams(self) -> list[tuple[str, int, str, int]]:
         """(process label, process id, stream, lines) of the captured console (log.iostream records)."""
         return self._q(
-            "SELECT p.label, l.process, json_extract(l.attributes, '$.\"log.iostream\"') AS stream, count(*) "
+            f"SELECT p.label, l.process, {_IOSTREAM} AS stream, count(*) "
             "FROM logs l LEFT JOIN processes p ON p.id = l.process WHERE l.event_name = '' AND stream IS NOT NULL "
             "GROUP BY l.process, stream ORDER BY p.label, stream")
 
@@ -739,10 +739,10 @@ class Store:
                 limit: int = 2000) -> tuple[list[dict], int]:
         """The newest ``limit`` console lines (oldest first) containing ``text`` (case-insensitive), of
         one stream and process if given; and how many matched in all."""
-        where = ["l.event_name = ''", "json_extract(l.attributes, '$.\"log.iostream\"') IS NOT NULL"]
+        where = ["l.event_name = ''", f"{_IOSTREAM} IS NOT NULL"]
         args: list = []
         if stream:
-            where.append("json_extract(l.attributes, '$.\"log.iostream\"') = ?")
+            where.append(f"{_IOSTREAM} = ?")
             args.append(stream)
         if process is not None:
             where.append("l.process = ?")
@@ -778,7 +778,7 @@ class Store:
         nothing active (all zero: forgotten) are left out."""
         out: dict[str, dict[str, int]] = {}
         for prefix, state, value in self._q(
-                f"SELECT {_PREFIX}, json_extract(p.attributes, '$.\"dask.task.state\"'), p.value FROM points p "
+                f"SELECT {_PREFIX}, {_attr('p.attributes', 'dask.task.state')}, p.value FROM points p "
                 f"JOIN (SELECT process, {_PREFIX} AS prefix, max(time) AS t FROM points p WHERE name = ? "
                 "GROUP BY process, prefix) last "
                 f"ON p.process = last.process AND p.time = last.t AND {_PREFIX} = last.prefix WHERE p.name = ?",
@@ -861,7 +861,7 @@ class Store:
         """(time ns, worker address, managed | unmanaged | spilled, bytes) of the scheduler's samples of
         each worker's memory (``dask.worker.memory.*``, evlog/instrumentation/dask_gauges.py), in time order."""
         return [(t, str(w), name.rpartition(".")[2], v) for t, w, name, v in self._q(
-            "SELECT time, json_extract(attributes, '$.\"dask.worker.address\"') AS w, name, value FROM points "
+            f"SELECT time, {_attr('attributes', 'dask.worker.address')} AS w, name, value FROM points "
             "WHERE name IN ('dask.worker.memory.managed', 'dask.worker.memory.unmanaged', "
             "'dask.worker.memory.spilled') AND w IS NOT NULL AND value IS NOT NULL ORDER BY time, id")]
 
@@ -881,8 +881,15 @@ class Store:
 
 _LET_GO = ("released", "forgotten")  # the states of a life that only let its result go (a second life)
 # a span's dask.task.state: its column, or its JSON attributes for rows of a version-3 file
-_PREFIX = "json_extract(p.attributes, '$.\"dask.task.prefix\"')"
-_STATE = "coalesce(state, json_extract(attributes, '$.\"dask.task.state\"'), '')"
+def _attr(column: str, key: str) -> str:
+    """SQL for one attribute of a JSON column; NULL where the column is text SQLite's JSON refuses (a hostile
+    exporter's NaN is stored so): one such row must not make a whole query fail ('malformed JSON')."""
+    return f"CASE WHEN json_valid({column}) THEN json_extract({column}, '$.\"{key}\"') END"
+
+
+_PREFIX = _attr("p.attributes", "dask.task.prefix")
+_STATE = f"coalesce(state, {_attr('attributes', 'dask.task.state')}, '')"
+_IOSTREAM = _attr("l.attributes", "log.iostream")
 
 _SPAN_SELECT = ("SELECT s.id, s.trace_id, s.span_id, s.parent_span_id, s.name, s.kind, s.start, s.end, "
                 "s.status_code, s.status_message, s.task_key, s.prefix, s.worker, s.thread, p.label, "
@@ -891,8 +898,8 @@ _SPAN_COLS = ("id", "trace_id", "span_id", "parent_span_id", "name", "kind", "st
               "status_message", "task_key", "prefix", "worker", "thread", "process")
 
 
-_EVERY = "(l.event_name != '' OR l.topic IS NOT NULL)"  # an event: a log record with an event name or a topic
-_EVERY = "(" + _EVERY + " AND l.event_name != 'evlog.profile')"  # issue 31: task profiles (pprof bodies) are data, not events
+# an event: a log record with an event name or a topic; task profiles (evlog.profile: pprof bodies) are data, not events
+_EVERY = "((l.event_name != '' OR l.topic IS NOT NULL) AND l.event_name != 'evlog.profile')"
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 # a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
 # (a resource with values JSON cannot carry, NaN say, is stored as text json_extract refuses: no run id)
