@@ -63,13 +63,24 @@ def atom(value, depth: int = 0):
 
 
 def _attrs(attributes):
+    """Attributes as atoms (a log record's may hold any value; span attributes are the SDK's checked ones)."""
     if not attributes:
         return None
-    out = dict(attributes)
+    out = _copy(attributes)
     for k, v in out.items():
         if type(v) not in _ATOMS and type(v) is not tuple:
             out[k] = atom(v)
     return out
+
+
+def _span_attrs(attributes):
+    """A span's, an event's or a link's attributes: the SDK let only atoms and tuples of atoms in."""
+    return _copy(attributes) if attributes else None
+
+
+def _copy(attributes) -> dict:
+    copy = getattr(attributes, "copy", None)  # BoundedAttributes.copy() is a plain dict's copy, in C
+    return copy() if copy is not None else dict(attributes)
 
 
 class _Scopes:
@@ -103,9 +114,9 @@ def span_records(spans: list, scopes: _Scopes) -> list:
             s.name, s.kind.value, scopes(s.instrumentation_scope), sc.trace_id, sc.span_id, int(sc.trace_flags),
             sc.trace_state.to_header() if sc.trace_state else "",
             (p.trace_id, p.span_id, int(p.trace_flags), p.is_remote) if p is not None else None,
-            s.start_time, s.end_time, _attrs(s.attributes),
-            tuple((e.name, _attrs(e.attributes), e.timestamp) for e in events) if events else None,
-            tuple((ln.context.trace_id, ln.context.span_id, int(ln.context.trace_flags), _attrs(ln.attributes))
+            s.start_time, s.end_time, _span_attrs(s.attributes),
+            tuple((e.name, _span_attrs(e.attributes), e.timestamp) for e in events) if events else None,
+            tuple((ln.context.trace_id, ln.context.span_id, int(ln.context.trace_flags), _span_attrs(ln.attributes))
                   for ln in links) if links else None,
             (status.status_code.value, status.description) if status.status_code.value or status.description else None,
         ))
