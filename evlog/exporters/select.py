@@ -156,7 +156,8 @@ def hint(error: str) -> str:
     upper = error.upper()
     if "WRONG_VERSION_NUMBER" in upper:  # TLS spoken to a port that does not speak it
         return "; the endpoint is https:// but the collector's port does not speak TLS: use http:// for a plain port"
-    if "HTTP/2" in upper and ("PARSING" in upper or "PARSE" in upper):  # gRPC spoken to an HTTP/1.1 port
+    if "HTTP1.X SERVER" in upper or ("HTTP/2" in upper and "PARS" in upper):  # gRPC spoken to an HTTP/1.1 port
+        # (grpcio 1.63: "Trying to connect an http1.x server"; 1.85 adds "Failed parsing HTTP/2 (...)")
         return ("; the endpoint's port speaks HTTP/1.1, not gRPC: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf "
                 "for an OTLP/HTTP port (4318; evlog serve's too), or point the endpoint at the gRPC port (4317)")
     return ""

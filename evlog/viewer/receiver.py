@@ -158,8 +158,8 @@ class _ServerLog(logging.LoggerAdapter):
             self.told = True
             r = self.receiver
             fix = (f"send gRPC to OTEL_EXPORTER_OTLP_ENDPOINT={r.grpc_endpoint}, or set " if r.grpc_port else "set ")
-            source = args[0] if args else "a client"
-            r._notice(f"OTLP/gRPC came to the OTLP/HTTP port {_url_host(r.host)}:{r.http_port} (from {source}); "
+            # (aiohttp 3.9 does not name the client in this log call, newer ones do: the line leaves it out)
+            r._notice(f"OTLP/gRPC came to the OTLP/HTTP port {_url_host(r.host)}:{r.http_port}; "
                       f"{fix}OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port")
 
 
