@@ -107,6 +107,7 @@ class WorkerRecorder:
         self._append = self._log.append
         self._names: dict = {}  # prefix -> execute span name
         self.begun: dict = {}  # key -> (ts, span context, parent, first startstop) while Worker.execute runs it
+        self._resource = None  # the tracer provider's Resource, for the consumers' LiveSpans (fixed once built)
 
     @property
     def worker(self):
@@ -153,6 +154,13 @@ class WorkerRecorder:
             n0 -= 1  # appended by this run just before it went to the executor
         return ts, sc, parent, token, n0
 
+    def resource(self):
+        """The tracer provider's Resource, looked up once (a provider keeps the one it was built with)."""
+        res = self._resource
+        if res is None:
+            res = self._resource = ds.resource()
+        return res
+
     def started(self, key, ts, sc):
         """The consumers see the task start (in the thread that runs it); the LiveSpan, or None."""
         procs = _consumers()
@@ -165,7 +173,7 @@ class WorkerRecorder:
         th = _current_thread()
         span = LiveSpan(name, sc, {"dask.task.key": key if type(key) is str else str(key), "dask.task.prefix": prefix,
                                    "dask.worker.address": self.address, "thread.id": th.ident,
-                                   "thread.name": th.name}, ds.resource())
+                                   "thread.name": th.name}, self.resource())
         _start(procs, span)
         return span
 
@@ -391,7 +399,7 @@ def _transfer_started(rec, args, kwargs):
         return None
     source = args[0] if args else kwargs.get("worker")
     span = LiveSpan("dask.transfer", ds.context(ds.new_trace_id(), ds.new_span_id()),
-                    {"dask.transfer.source": str(source), "dask.worker.address": rec.address}, ds.resource())
+                    {"dask.transfer.source": str(source), "dask.worker.address": rec.address}, rec.resource())
     _start(procs, span)
     return span
 
