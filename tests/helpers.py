@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 PYTHON = sys.executable
 
@@ -49,6 +50,29 @@ def without_run_folder_notice(err: str) -> str:
     """stderr without the line evlog.configure() prints to say where its run folder is."""
     return "".join(line for line in err.splitlines(True)
                    if not line.startswith("evlog: writing telemetry to the run folder "))
+
+
+def run_app(tmp, app: str, timeout: float = 240, **env) -> tuple[subprocess.CompletedProcess, str]:
+    """Write ``app`` as ``tmp/app.py`` and run it under evlog-instrument (in ``tmp``, its run folder
+    ``tmp/run``, ``env`` added); it must succeed. Returns the process and the run folder."""
+    (tmp / "app.py").write_text(app)
+    folder = tmp / "run"
+    proc = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(folder), **env),
+                            cwd=str(tmp), timeout=timeout)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
+    return proc, str(folder)
+
+
+def wait_until(fn, timeout: float = 30.0):
+    """Poll ``fn()`` every 0.1 s until it returns something truthy (returned), for ``timeout`` s at most."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s; last {last!r}")
 
 
 def read_run_folder(path: str) -> dict:

@@ -18,7 +18,7 @@ import pytest
 from synthetic_run import MS, T0, log, logs_request, make_run, resource, span, traces_request, write_lines
 
 from evlog import cli
-from helpers import evlog_env, run_instrumented
+from helpers import evlog_env, run_instrumented, wait_until
 
 
 def run_cli(capsys, *argv):
@@ -293,17 +293,6 @@ def _stop(proc) -> str:
     return err
 
 
-def _wait(fn, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out; last {last!r}")
-
-
 def test_view_serves_the_dashboard_and_follows_a_growing_run(run):
     path, info = run
     proc, url = _start_view(path, "--port", "0")
@@ -314,7 +303,7 @@ def test_view_serves_the_dashboard_and_follows_a_growing_run(run):
         assert "<title>evlog dashboard</title>" in page
         with urllib.request.urlopen(url + "static/vendor/uplot/uPlot.iife.min.js", timeout=10) as r:
             assert r.status == 200 and len(r.read()) > 10_000
-        ov = _wait(lambda: (lambda o: o if o["summary"]["spans"] == 60 else None)(_get(url + "api/overview")))
+        ov = wait_until(lambda: (lambda o: o if o["summary"]["spans"] == 60 else None)(_get(url + "api/overview")))
         assert ov["source"] == f"run folder {path}"
         g = _get(url + "api/gantt")
         assert g["mode"] == "bars" and len(g["bars"]) == 30  # the worker-side executions
@@ -324,7 +313,7 @@ def test_view_serves_the_dashboard_and_follows_a_growing_run(run):
                       {"dask.task.key": f"late-{i}", "thread.id": 7}, kind=5) for i in range(4)]
         write_lines(os.path.join(path, "traces-999.jsonl"),
                     [traces_request(resource(999, "worker", "tcp://127.0.0.1:49999"), extra)])
-        _wait(lambda: _get(url + "api/overview")["summary"]["spans"] == 64)
+        wait_until(lambda: _get(url + "api/overview")["summary"]["spans"] == 64)
         assert "tcp://127.0.0.1:49999" in _get(url + "api/overview")["workers"]
     finally:
         _stop(proc)

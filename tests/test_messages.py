@@ -16,23 +16,11 @@ import re
 import socket
 import stat
 import subprocess
-import time
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, run_instrumented, wait_until
 from test_load import ServeProcess, free_port
-
-
-def _wait_for_text(read, timeout: float = 60.0) -> str:
-    """Poll ``read()`` until it returns text (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = read()
-        if text:
-            return text
-        time.sleep(0.1)
-    raise AssertionError(f"nothing within {timeout} s")
 
 
 def test_grpc_sent_to_the_http_port_of_evlog_serve_is_one_line_naming_what_to_set(tmp_path):
@@ -43,7 +31,7 @@ def test_grpc_sent_to_the_http_port_of_evlog_serve_is_one_line_naming_what_to_se
         program = "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('s'): pass\n"
         proc = run_instrumented(program, env=env, timeout=120)
         assert proc.returncode == 0, proc.stderr.decode(errors="replace")
-        _wait_for_text(serve.stderr)
+        wait_until(serve.stderr, timeout=60)
     finally:
         _, err = serve.stop()
     # the program's side: one line for the run (only its exporter process talks to the collector), naming

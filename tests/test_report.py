@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, run_app
 
 APP = r'''
 import json
@@ -82,11 +82,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    (tmp / "app.py").write_text(APP)
-    run_dir = tmp / "run"
-    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
-                         timeout=240)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    p, run_dir = run_app(tmp, APP)
     where = next(json.loads(line) for line in p.stdout.decode().splitlines() if line.startswith('{"holder"'))
     return {"dir": str(run_dir), "tmp": tmp, **where}
 
@@ -255,12 +251,7 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def futures_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("futures")
-    (tmp / "app.py").write_text(FUTURES_APP)
-    run_dir = tmp / "run"
-    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), cwd=str(tmp),
-                         timeout=240)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    p, run_dir = run_app(tmp_path_factory.mktemp("futures"), FUTURES_APP)
     r = evlog("report", str(run_dir), "--format", "json")
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     return {"dir": str(run_dir), "report": json.loads(r.stdout)}

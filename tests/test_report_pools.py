@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 import test_dashboard_browser
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, run_app
 from test_dashboard_browser import CHROMIUM
 
 browser = test_dashboard_browser.browser  # the fixture: a headless chromium page per test
@@ -45,14 +45,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("report-pools")
-    (tmp / "app.py").write_text(APP)
-    folder = tmp / "run"
-    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(folder)), cwd=str(tmp),
-                         timeout=240)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
+    p, folder = run_app(tmp_path_factory.mktemp("report-pools"), APP)
     assert p.stdout.decode().split("\n")[:2] == ["780", "failed: bad item 23"]
-    return str(folder)
+    return folder
 
 
 def report(run_dir: str, *args: str) -> subprocess.CompletedProcess:
