@@ -1,7 +1,7 @@
 """Issue 31's prototype: the two ways to sample task stacks, measured before choosing one.
 
 - in process: a thread in each Dask worker reading ``sys._current_frames()`` every 10 ms and walking the
-  stacks of the executor threads (what evlog/instrumentation/profiler.py became);
+  stacks of the executor threads (what evlog/observed/profiler.py became);
 - out of process: ``py-spy record --rate 100`` (PyPI ``py-spy``) attached to each worker process, with and
   without ``--nonblocking`` (without it py-spy stops the process for each sample). ``austin`` (PyPI
   ``austin-dist``) was the other candidate; its binary did not run here (it needs glibc 2.38).

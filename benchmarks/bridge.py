@@ -97,7 +97,8 @@ def main() -> int:
         evlog.configure(consumers="none")
         from torch.distributed.elastic import events as tevents
 
-        from evlog.bootstrap import boot, lifecycle
+        from evlog.observed import boot
+        from evlog.observed import lifecycle
         from evlog.bridge import Event, otel, record_event
 
         logger = otel.evlog_logger()

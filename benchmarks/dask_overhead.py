@@ -198,7 +198,7 @@ class App:
             deadline = time.monotonic() + 10  # started by the launcher at the warm-up's first shipment
             while self.exporter is None and time.monotonic() < deadline:
                 found = [c for c in psutil.Process(self.proc.pid).children()
-                         if "evlog.exporters.process" in " ".join(c.cmdline())]
+                         if "evlog.exporter.process" in " ".join(c.cmdline())]
                 self.exporter = found[0] if found else None
                 time.sleep(0.1)
         self.pause()

@@ -47,7 +47,7 @@ APP = textwrap.dedent('''
         return n
 
     def stats():
-        from evlog.instrumentation import profiler
+        from evlog.observed.targets import profiler
         return profiler.stats()
 
     if __name__ == "__main__":

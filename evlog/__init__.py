@@ -20,9 +20,9 @@ _LAZY = {
     "fetch_logs": ("evlog.processors.multieventlog", "fetch_logs"),
     "unset_log_sink": ("evlog.processors.multieventlog", "unset_log_sink"),
     "default_log": ("evlog.processors.multieventlog", "default_log"),
-    "log_event": ("evlog.events", "log_event"),
-    "get_events": ("evlog.events", "get_events"),
-    "story": ("evlog.events", "story"),
+    "log_event": ("evlog.observed.events", "log_event"),
+    "get_events": ("evlog.observed.events", "get_events"),
+    "story": ("evlog.observed.events", "story"),
 }
 
 
@@ -35,7 +35,7 @@ def configure(**overrides: Any) -> bool:
     goes to a run folder, says where on stderr (one line; not with summary=False).
     """
     from evlog import config
-    from evlog.bootstrap import boot
+    from evlog.observed import boot
 
     settings = config.load()
     fixed = {}
@@ -54,9 +54,10 @@ def _say_where(settings) -> None:
     """One line naming the run folder this process writes (evlog-instrument's summary says it at exit),
     before console capture starts (it is evlog's line, not the program's output)."""
     if settings.summary and settings.run_dir and settings.exporters.run_folder:
-        from evlog import _report, run
+        from evlog import notices
+        from evlog.observed import run
 
-        _report.warn_once("configure-run-folder", f"writing telemetry to the run folder {settings.run_dir}; "
+        notices.warn_once("configure-run-folder", f"writing telemetry to the run folder {settings.run_dir}; "
                                                   f"see it with: {run.view_command(settings.run_dir)}")
 
 

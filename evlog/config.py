@@ -23,7 +23,7 @@ _FALSE = {"false", "0", "no", "off"}
 
 # Numbers the OTel SDK would read from OTEL_* itself: variable -> (value used where it is unset or
 # bad: evlog's default where it has one, else the spec's; the unit, for the message). Every value must
-# be a whole number >= 1. evlog validates them here and passes them to the SDK (evlog/bootstrap/sdk.py,
+# be a whole number >= 1. evlog validates them here and passes them to the SDK (evlog/observed/sdk.py,
 # the console relay), so a bad one falls back with one message instead of failing the signal's set-up.
 # Queues: 4-8 times the SDK's 2,048, which overflows at bursts of about 10,000 spans/s; a queued span
 # or log record holds about 2 KB, so a dead collector costs at most about 50 MB (tests/test_faults.py).
@@ -44,7 +44,7 @@ SAMPLERS = ("always_on", "always_off", "traceidratio", "parentbased_always_on", 
 DEFAULT_SAMPLER = "parentbased_always_on"
 _FACTORY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")  # span_processors entries
 PROFILE_INTERVAL = 0.01  # EVLOG_PROFILE_INTERVAL's default: 10 ms, as Dask's own profiler
-DASK_TRACE_TASKS = 2000  # about 3 MB of protobuf per trace for trivial tasks (evlog/instrumentation/dask_shape.py)
+DASK_TRACE_TASKS = 2000  # about 3 MB of protobuf per trace for trivial tasks (evlog/builders/dask_shape.py)
 
 # variable -> YAML key
 _KEYS = {

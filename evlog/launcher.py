@@ -3,7 +3,7 @@
 The launcher is a small supervisor and imports almost nothing (every run pays its start-up): it puts
 evlog's sitecustomize first on PYTHONPATH, marks the run (EVLOG_RUN_ID) and its owner (the launched
 process's pid, EVLOG_OWNER_PID), forks and execs COMMAND, forwards signals, passes the exit status
-through and prints the summary. The owner, once it is a Python process, prepares the run (evlog/run.py);
+through and prints the summary. The owner, once it is a Python process, prepares the run (evlog/observed/run.py);
 for a command that is not Python (a shell script, ...) the launcher prepares it itself.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ process it starts. With no OTEL_EXPORTER_OTLP_ENDPOINT and no OTEL_TRACES_EXPORT
 a run folder under ./evlog-runs/ (see `evlog view`). Configuration: OTEL_* and EVLOG_* variables,
 and ./evlog.yaml or the file named by EVLOG_CONFIG.
 """
-SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap", "site")
+SITE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed", "site")
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prepare_here(env: dict) -> None:
     """The command is not Python, so no owner process will prepare the run: do it here."""
-    from evlog import config, run
+    from evlog import config
+    from evlog.observed import run
 
     run.prepare(config.load(env), env, env["EVLOG_SERVICE_NAME"])
 
@@ -130,7 +131,7 @@ def _listen(env: dict):
     that records nothing for it pays for no second interpreter. None if it cannot be bound: processes
     then start their own."""
     try:
-        from evlog.bootstrap import exporter
+        from evlog.wire import endpoint as exporter
 
         addr, listener = exporter.listen(env)
         env[exporter.ENV] = addr
@@ -229,7 +230,7 @@ def _spawn_exporter(listener, env: dict):
     closed here); None, said once, if it cannot start."""
     started = None
     try:
-        from evlog.bootstrap import exporter
+        from evlog.wire import endpoint as exporter
 
         started = exporter.spawn(listener, env, SITE_DIR)
     except Exception as exc:
@@ -264,7 +265,7 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             os._exit(126)
 
     if listener is not None:  # the host as the program starts: the exporter process's run start sample
-        from evlog.exporters import host_samples
+        from evlog.exporter import host_samples
 
         env[host_samples.START_ENV] = host_samples.encode(host_samples.now())  # the launcher's env only
 
@@ -288,12 +289,12 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
     if code < 0 and stats_file:
         started = _await_relay(stats_file, listener if started is None else None, env, started)
     if started is not None:
-        from evlog.bootstrap import exporter
+        from evlog.wire import endpoint as exporter
 
         exporter.end(*started)
     if stats_file:
         try:
-            from evlog import run
+            from evlog.observed import run
 
             sys.stderr.write(run.summary(stats_file, -code if code < 0 else None))
         except Exception as exc:

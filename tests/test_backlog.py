@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from evlog.exporters.backlog import Backlog
+from evlog.exporter.backlog import Backlog
 
 
 def test_frames_come_out_in_order_through_memory_and_the_spool_file_which_leaves_nothing_behind(tmp_path):

@@ -1,5 +1,5 @@
 """A module-level tracer and meter counter, the OpenTelemetry docs' own pattern, used inside functions that
-Dask, a process pool or a fork Pool runs (evlog/bootstrap/by_name.py): the program runs as without evlog,
+Dask, a process pool or a fork Pool runs (evlog/observed/by_name.py): the program runs as without evlog,
 and its spans nest under the task spans."""
 from __future__ import annotations
 

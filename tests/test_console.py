@@ -17,7 +17,7 @@ import tty
 
 import pytest
 
-from evlog.instrumentation.console_relay import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
+from evlog.relay.console_relay import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 LAUNCHER = [PYTHON, "-m", "evlog.launcher"]
@@ -418,11 +418,11 @@ launcher = psutil.Process(os.getppid())
 deadline = time.monotonic() + 30
 while time.monotonic() < deadline:
     others = [p for p in launcher.children(recursive=True) if p.pid != os.getpid()]
-    if any("evlog.exporters.process" in " ".join(p.cmdline()) for p in others):
+    if any("evlog.exporter.process" in " ".join(p.cmdline()) for p in others):
         break
     time.sleep(0.05)
 me = psutil.Process()
-roles = sorted("exporter" if "evlog.exporters.process" in " ".join(p.cmdline())
+roles = sorted("exporter" if "evlog.exporter.process" in " ".join(p.cmdline())
                else "reader" if p.ppid() == me.pid and "-S" in p.cmdline() else " ".join(p.cmdline()[:3]) for p in others)
 json.dump(roles, open(sys.argv[1], "w"))
 """
@@ -437,7 +437,7 @@ def test_one_sidecar_process_the_exporter_besides_the_reader(tmp_path):
 def test_output_lost_on_the_way_is_reported_line_for_line_by_the_builder():
     from opentelemetry.sdk.resources import Resource
 
-    from evlog.instrumentation.console_relay import ConsoleLogs
+    from evlog.relay.console_relay import ConsoleLogs
 
     class Logs:
         def __init__(self):
@@ -507,7 +507,7 @@ def test_configure_in_code_captures_until_uninstall(tmp_path):
     run_dir = tmp_path / "run"
     code = textwrap.dedent(f"""
         import os, sys, evlog
-        from evlog.instrumentation import console
+        from evlog.observed.targets import console
         before = os.readlink("/proc/self/fd/1")
         evlog.configure(capture="enabled", run_dir={str(run_dir)!r}, consumers="none")
         during = os.readlink("/proc/self/fd/1")

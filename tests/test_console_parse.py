@@ -7,9 +7,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from evlog.instrumentation import console_parse as cp
-from evlog.instrumentation.console_relay import KIND_CONTEXT, KIND_EXIT, MarkerSplitter, encode_marker, marker_prefix
-from evlog.instrumentation.redact import MASK, Redactor
+from evlog.builders import console_parse as cp
+from evlog.relay.console_relay import KIND_CONTEXT, KIND_EXIT, MarkerSplitter, encode_marker, marker_prefix
+from evlog.builders.redact import MASK, Redactor
 
 
 def feed(parser, data, stream="stdout", chunk=None):

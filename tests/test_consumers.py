@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 import evlog
-from evlog import _report
+from evlog import notices
 from evlog.processors import install_default
 from evlog.processors.builtin import BuiltinLog
 from evlog.processors.registry import registry
@@ -474,7 +474,7 @@ def test_a_log_pickles_to_another_process_with_fresh_state():
 def test_set_log_sink_without_an_sdk_provider_says_so_once(capfd):
     from opentelemetry.trace import NoOpTracerProvider
 
-    _report.reset()
+    notices.reset()
     ml = evlog.MultiEventLog()
     assert evlog.set_log_sink(ml, NoOpTracerProvider()) is False
     assert evlog.set_log_sink(ml, NoOpTracerProvider()) is False

@@ -437,7 +437,7 @@ def inc(x):
     return x + 1
 
 if __name__ == "__main__":
-    from evlog.instrumentation.dask_scheduler import _live
+    from evlog.observed.dask.scheduler import _live
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         held = client.map(inc, range(300))
@@ -464,7 +464,7 @@ BREAK_HOOKS = r'''
 import wrapt
 
 def _break(module):
-    from evlog.instrumentation import dask_scheduler, dask_worker
+    from evlog.observed.targets import dask_scheduler, dask_worker
 
     def fail(*args, **kwargs):
         raise RuntimeError("injected")
@@ -472,7 +472,7 @@ def _break(module):
     dask_scheduler._info = fail
     dask_worker.WorkerRecorder.begin = fail
 
-wrapt.register_post_import_hook(_break, "evlog.instrumentation.dask")
+wrapt.register_post_import_hook(_break, "evlog.observed.dask.instrumentor")
 '''
 
 

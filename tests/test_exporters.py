@@ -91,7 +91,7 @@ def test_run_folder_span_lines_are_the_full_encoders_json_byte_for_byte():
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-    from evlog.exporters import otlp_json
+    from evlog.exporter import otlp_json
 
     res, scope = Resource({"service.name": "t", "n": 1}), InstrumentationScope("evlog.futures", "1")
     shared = {"code.function.name": "m.f", "evlog.pool.kind": "process"}

@@ -1,4 +1,4 @@
-"""A fork while evlog builds a provider or an exporter in another thread (evlog/bootstrap/forkguard.py).
+"""A fork while evlog builds a provider or an exporter in another thread (evlog/observed/forkguard.py).
 
 Found by benchmarks/pools.py: a pool forked its workers while the gauges timer thread was building the
 SDK; the fork took logging's (or concurrent.futures') at-fork lock, then waited 5 s for evlog's build

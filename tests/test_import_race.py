@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from evlog.instrumentation import TARGETS
+from evlog.observed.targets import TARGETS
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 RUNS = 50

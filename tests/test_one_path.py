@@ -1,5 +1,5 @@
 """One path for every signal: the program's own spans, logs, metrics and Python logging go through the run's
-exporter process (evlog/bootstrap/sdk_records.py -> evlog/exporters/sdk_rebuild.py), judged by a plain
+exporter process (evlog/observed/sdk_records.py -> evlog/builders/sdk_rebuild.py), judged by a plain
 grpcio + opentelemetry-proto receiver."""
 from __future__ import annotations
 

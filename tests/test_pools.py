@@ -615,7 +615,7 @@ def test_tasks_of_one_function_and_context_are_rebuilt_once_where_they_run():
     from opentelemetry import baggage, context, trace
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-    from evlog.instrumentation import _context
+    from evlog.observed.pools import context as _context
 
     sc = SpanContext(0x1234, 0x5678, False, TraceFlags(1))
     token = context.attach(baggage.set_baggage("tenant", "a", trace.set_span_in_context(NonRecordingSpan(sc))))
@@ -824,7 +824,8 @@ def test_a_chunks_timing_names_the_group_a_straggler_was_timed_in():
     from index 100 + 5, and its time is the group's less 15 calls at the fastest rate, 5 ms."""
     from opentelemetry.trace import SpanContext, TraceFlags
 
-    from evlog.instrumentation import _chunks, _taskspan
+    from evlog.observed.pools import chunks as _chunks
+    from evlog.observed.pools import taskspan as _taskspan
 
     span = _taskspan.TaskSpan("multiprocessing.chunk f", SpanContext(1, 2, False, TraceFlags(1)), None, "s", {}, 0)
     marks = [0, 30_000, 30_400, 30_400 + 5_001_500]  # when each group started, then the end

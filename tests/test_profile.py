@@ -52,7 +52,7 @@ def threads():
     return sorted(t.name for t in threading.enumerate())
 
 def own_samples():
-    from evlog.instrumentation import profiler
+    from evlog.observed.targets import profiler
     return profiler.stats().get("samples", 0)
 
 if __name__ == "__main__":
@@ -246,7 +246,7 @@ def test_process_pool_tasks_get_the_attribute_the_records_and_the_report(tmp_pat
 BACKOFF_APP = r'''
 import json, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from evlog.instrumentation import profiler
+from evlog.observed.targets import profiler
 
 def deep(n, until):
     if n:
@@ -335,8 +335,8 @@ def test_the_builder_makes_one_record_per_prefix_and_leaves_dasks_frames_out():
     from opentelemetry.sdk.resources import Resource
 
     from evlog import pprof
-    from evlog.exporters.profiles import ProfileLogs
-    from evlog.instrumentation.profile_records import Rec, Task
+    from evlog.builders.profiles import ProfileLogs
+    from evlog.wire.profile_records import Rec, Task
 
     got = []
     b = ProfileLogs({"interval": 0.01}, lambda: Resource({"process.pid": 42}), add=got.extend)
@@ -378,14 +378,14 @@ def test_a_task_threads_top_functions_are_its_self_samples(monkeypatch):
     import time
 
     from evlog import config
-    from evlog.instrumentation import profiler
+    from evlog.observed import profiler
 
     monkeypatch.setattr(config, "get", lambda: config.load({"EVLOG_PROFILE_INTERVAL": "2ms"}))
 
     class Log(list):
         pass
 
-    import evlog.records as records
+    import evlog.observed.records as records
 
     monkeypatch.setattr(records, "source", lambda kind, meta=None, convert=None, tap=None: Log())
     monkeypatch.setattr(profiler, "_sampler", [])

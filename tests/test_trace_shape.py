@@ -1,4 +1,4 @@
-"""Trace shaping (evlog/instrumentation/dask_shape.py): a small graph stays one trace; a 20,000-task map is
+"""Trace shaping (evlog/builders/dask_shape.py): a small graph stays one trace; a 20,000-task map is
 split by task group into bounded traces linked to the client call's trace, with nothing lost, judged by a
 plain OTLP receiver; the run folder written beside it shows the map as one computation."""
 from __future__ import annotations

@@ -7,7 +7,7 @@
 See docs/torch.md. Under evlog every recorded event is also an OTel event named as the Event, with
 attribute ``evlog.event_type`` and the metadata as body, in the current span's context.
 """
-from .api import (
+from evlog.bridge.api import (
     ConsoleEventHandler,
     Event,
     EventHandler,

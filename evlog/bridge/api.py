@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from . import otel
+from evlog.bridge import otel
 
 DEFAULT_TYPE = "torchelastic"
 
@@ -115,9 +115,9 @@ class OTelEventHandler(EventHandler):
 
                         logger = _logs.get_logger(otel.SCOPE)  # a proxy until the program sets a provider
                 except Exception as exc:
-                    from evlog import _report
+                    from evlog import notices
 
-                    _report.warn_once("bridge-otel-handler", f"OTelEventHandler has no OTel logger ({exc!r}); its events are dropped")
+                    notices.warn_once("bridge-otel-handler", f"OTelEventHandler has no OTel logger ({exc!r}); its events are dropped")
                     return
             self._logger = logger
         otel.emit(logger, event.name, event.type, event.metadata, event.timestamp)

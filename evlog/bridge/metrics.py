@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from evlog import _report, stats
+from evlog import stats
+from evlog import notices
 
 SCOPE = "evlog.torch_elastic"
 _COUNTED = frozenset({"success", "failure", "count", "total", "unknown", "init", "healthy", "unhealthy",
@@ -69,6 +70,6 @@ class TorchMetrics:
             return float(value)
         except Exception:
             stats.incr("torchelastic.metric_not_a_number")
-            _report.warn_once(f"torch-metric-{group}.{name}",
+            notices.warn_once(f"torch-metric-{group}.{name}",
                               f"torchelastic metric {group}.{name} got a value that is not a number ({value!r}); such points are skipped and counted")
             return None

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from evlog import _report
+from evlog import notices
 
-from .convert import body, key
+from evlog.bridge.convert import body, key
 
 SCOPE = "evlog.bridge"
 TYPE_ATTR = "evlog.event_type"
@@ -24,14 +24,14 @@ def evlog_logger():
     global _logger
     if _logger is None:
         try:
-            from evlog.bootstrap import sdk
+            from evlog.observed import sdk
 
             for p in sdk.providers():
                 if hasattr(p, "get_logger"):
                     _logger = p.get_logger(SCOPE)
                     break
         except Exception as exc:
-            _report.warn_once("bridge-logger", f"events cannot reach OpenTelemetry ({exc!r})")
+            notices.warn_once("bridge-logger", f"events cannot reach OpenTelemetry ({exc!r})")
     return _logger
 
 
@@ -54,7 +54,7 @@ def emit(logger, name: Any, event_type: Any, metadata: Any, timestamp_ms: Any = 
             timestamp=_ns(timestamp_ms) if timestamp_ms else None,
         )
     except Exception as exc:
-        _report.warn_once("bridge-emit", f"an event could not be sent to OpenTelemetry ({exc!r}); later ones are counted")
+        notices.warn_once("bridge-emit", f"an event could not be sent to OpenTelemetry ({exc!r}); later ones are counted")
 
 
 _type_attrs: dict = {}  # event type -> {TYPE_ATTR: type}; the SDK copies attributes, so one dict serves all
@@ -78,5 +78,5 @@ def _ns(timestamp_ms: Any) -> int | None:
     try:
         return int(timestamp_ms * 1_000_000)
     except Exception:
-        _report.warn_once("bridge-timestamp", f"an event timestamp is not a number of milliseconds ({timestamp_ms!r}); the time of recording is used")
+        notices.warn_once("bridge-timestamp", f"an event timestamp is not a number of milliseconds ({timestamp_ms!r}); the time of recording is used")
         return None

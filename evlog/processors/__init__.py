@@ -12,7 +12,7 @@ chosen consumers need (no psutil until the first reading).
 """
 from __future__ import annotations
 
-from evlog import _report
+from evlog import notices
 
 
 def install_default(settings, tracer_provider=None, meter_provider=None):
@@ -25,7 +25,7 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
     if not names:
         return None
     try:
-        from .registry import registry
+        from evlog.processors.registry import registry
 
         if registry.builtin is not None:
             return registry.builtin
@@ -34,15 +34,15 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
         provider = tracer_provider or trace.get_tracer_provider()
         if not hasattr(provider, "add_span_processor"):
             return None
-        from . import builtin, gauges
+        from evlog.processors import builtin, gauges
 
         if set(names) <= builtin.FAST_NAMES:
             log = builtin.BuiltinLog(names)
             provider.add_span_processor(log)
             source = log
         else:
-            from . import multieventlog as mel
-            from .consumers import BUILTIN
+            from evlog.processors import multieventlog as mel
+            from evlog.processors.consumers import BUILTIN
 
             log = mel.MultiEventLog()
             for name in names:
@@ -55,5 +55,5 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
         gauges.register(source, names, meter_provider)
         return log
     except Exception as exc:
-        _report.warn_once("consumers-install", f"the default consumers could not be installed: {exc!r}")
+        notices.warn_once("consumers-install", f"the default consumers could not be installed: {exc!r}")
         return None

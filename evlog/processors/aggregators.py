@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from evlog import _report
+from evlog import notices
 
 __all__ = ["LogWindow"]
 
@@ -60,7 +60,7 @@ class LogWindow:
             hook = getattr(handler, method, None)
             (hook or handler)(arg)
         except Exception as exc:
-            _report.warn_once(f"logwindow-{method}-{id(handler)}",
+            notices.warn_once(f"logwindow-{method}-{id(handler)}",
                               f"LogWindow {method.split('_')[0]} handler {handler!r} raised {exc!r}; skipped, the others go on")
 
     def __repr__(self) -> str:

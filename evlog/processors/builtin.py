@@ -21,10 +21,10 @@ from collections import deque
 
 from opentelemetry.sdk.trace import SpanProcessor
 
-from evlog import _report
+from evlog import notices
 
-from .sampling import Readings, dask_state
-from .spans import Classifier
+from evlog.processors.sampling import Readings, dask_state
+from evlog.processors.spans import Classifier
 
 FAST_NAMES = frozenset({"core", "wsat", "psat", "esat", "loadavg", "mem", "bytes"})
 _NAN = float("nan")
@@ -98,7 +98,7 @@ class BuiltinLog(SpanProcessor):
                     self._open[id(span.context)] = None
                     self._ring.append((t, 1, k.category, None, self._samp, ds.nbytes if ds is not None else None))
         except Exception as exc:
-            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+            notices.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
     def on_end(self, span) -> None:
         try:
@@ -117,14 +117,14 @@ class BuiltinLog(SpanProcessor):
                 else:
                     self._ring.append((t, -1, k.category, None, self._samp, ds.nbytes if ds is not None else None))
         except Exception as exc:
-            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+            notices.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
 
     def _on_start_esat(self, span, parent_context=None) -> None:
         try:
             k = self._kinds.get(span.name) or self._classifier.classify(span.name)
             k.n += 1
         except Exception as exc:
-            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+            notices.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
         BuiltinLog.on_start(self, span)
 
     def _on_end_esat(self, span) -> None:
@@ -133,7 +133,7 @@ class BuiltinLog(SpanProcessor):
             if id(span.context) in self._open:  # started while we watched: no longer open
                 k.n -= 1
         except Exception as exc:
-            _report.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
+            notices.warn_once("builtin-log", f"the default consumers failed on a span: {exc!r}")
         BuiltinLog.on_end(self, span)
 
     def _after_the_fact(self, span, k, ds) -> None:
@@ -210,7 +210,7 @@ class BuiltinLog(SpanProcessor):
     # -- logs out
     def fetch(self) -> dict[str, list]:
         """{name: [sub-events]} since the last fetch (the last maxlen events at most), then clear."""
-        from .registry import registry
+        from evlog.processors.registry import registry
 
         registry.drain()  # spans assembled after the fact (Dask) arrive first
         with self._lock:
@@ -221,7 +221,7 @@ class BuiltinLog(SpanProcessor):
 
     def peek(self) -> dict[str, list]:
         """The same streams, without clearing."""
-        from .registry import registry
+        from evlog.processors.registry import registry
 
         registry.drain()
         return self._materialize(list(self._ring), *self._live())

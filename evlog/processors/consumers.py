@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import time
 
-from .sampling import Readings, dask_state
-from .spans import COMPUTE
+from evlog.processors.sampling import Readings, dask_state
+from evlog.processors.spans import COMPUTE
 
 __all__ = [
     "CoreMetrics", "IDMetrics", "TimelineMetrics", "FullMetrics", "CPULoadAverages", "MemoryFree",

@@ -11,7 +11,7 @@ import math
 import threading
 import time
 
-from evlog import _report
+from evlog import notices
 
 # consumer name -> (metric, unit, description)
 METRICS = {
@@ -58,7 +58,7 @@ def _callback(source, name: str):
                 return []
             return [Observation(value)]
         except Exception as exc:
-            _report.warn_once(f"gauge-{name}", f"the {METRICS[name][0]} gauge could not be read: {exc!r}")
+            notices.warn_once(f"gauge-{name}", f"the {METRICS[name][0]} gauge could not be read: {exc!r}")
             return []
 
     return observe
@@ -70,7 +70,7 @@ class ConsumersView:
 
     def __init__(self, log):
         self.log = log
-        from .sampling import Readings
+        from evlog.processors.sampling import Readings
 
         self._readings = Readings()
 
@@ -87,7 +87,7 @@ class ConsumersView:
         if name == "mem":
             return self._readings.mem_free(now_ns)
         if name == "bytes":
-            from .sampling import dask_state
+            from evlog.processors.sampling import dask_state
 
             ds = dask_state()
             return ds.nbytes if ds is not None else self._readings.rss(now_ns)

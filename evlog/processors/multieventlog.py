@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 from opentelemetry.sdk.trace import SpanProcessor
 
-from evlog import _report
+from evlog import notices
 
-from .registry import registry
-from .spans import Classifier, task_id, worker_of
+from evlog.processors.registry import registry
+from evlog.processors.spans import Classifier, task_id, worker_of
 
 __all__ = ["Event", "MultiEventLog", "set_log_sink", "unset_log_sink", "fetch_logs", "default_log"]
 
@@ -141,7 +141,7 @@ class MultiEventLog:
     def _failed(self, role: str, name: str, exc: Exception) -> None:
         key = f"{role}:{name}"
         self.errors[key] = self.errors.get(key, 0) + 1
-        _report.warn_once(f"multieventlog-{id(self)}-{key}",
+        notices.warn_once(f"multieventlog-{id(self)}-{key}",
                           f"{role} {name!r} raised {exc!r}; skipped for this event "
                           f"({'its sub-event is None' if role == 'consumer' else 'the streams are as they were'}), "
                           "the others go on")
@@ -202,7 +202,7 @@ def _similar(obj):
     try:
         return init()
     except Exception as exc:
-        _report.warn_once(f"init-similar-{type(obj).__name__}", f"{obj!r}.init_similar() raised {exc!r}; keeping it as it was")
+        notices.warn_once(f"init-similar-{type(obj).__name__}", f"{obj!r}.init_similar() raised {exc!r}; keeping it as it was")
         return obj
 
 
@@ -249,7 +249,7 @@ class _Dispatch(SpanProcessor):
                 started[id(span.context)] = None
                 self._give(self._event(START, span, span.start_time, get_ident()))
             except Exception as exc:
-                _report.warn_once("dispatch-start", f"a log could not take a span start: {exc!r}")
+                notices.warn_once("dispatch-start", f"a log could not take a span start: {exc!r}")
 
     def on_end(self, span) -> None:
         if self.logs:
@@ -261,7 +261,7 @@ class _Dispatch(SpanProcessor):
                 else:
                     self._after_the_fact(span)
             except Exception as exc:
-                _report.warn_once("dispatch-end", f"a log could not take a span finish: {exc!r}")
+                notices.warn_once("dispatch-end", f"a log could not take a span finish: {exc!r}")
 
     def _after_the_fact(self, span) -> None:
         attrs = span.attributes
@@ -305,7 +305,7 @@ def _sdk_provider(provider=None):
 
         provider = trace.get_tracer_provider()
     if not hasattr(provider, "add_span_processor"):
-        _report.warn_once("log-sink-no-sdk", "no OpenTelemetry SDK tracer provider is set in this process "
+        notices.warn_once("log-sink-no-sdk", "no OpenTelemetry SDK tracer provider is set in this process "
                           "(run under evlog-instrument or call evlog.configure() first); the log is not installed")
         return None
     return provider
@@ -330,7 +330,7 @@ def set_log_sink(log, provider=None, *, default: bool = True) -> bool:
             registry.default = log
         return True
     except Exception as exc:
-        _report.warn_once("set-log-sink", f"the log could not be installed: {exc!r}")
+        notices.warn_once("set-log-sink", f"the log could not be installed: {exc!r}")
         return False
 
 
@@ -363,5 +363,5 @@ def fetch_logs() -> dict[str, list]:
     try:
         return log.fetch()
     except Exception as exc:
-        _report.warn_once("fetch-logs", f"the logs could not be fetched: {exc!r}")
+        notices.warn_once("fetch-logs", f"the logs could not be fetched: {exc!r}")
         return {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import weakref
 
-from evlog import _report
+from evlog import notices
 
 
 class Registry:
@@ -29,7 +29,7 @@ class Registry:
             try:
                 d.flush()
             except Exception as exc:
-                _report.warn_once("drain-flush", f"waiting span events could not be given to the logs: {exc!r}")
+                notices.warn_once("drain-flush", f"waiting span events could not be given to the logs: {exc!r}")
 
     def span_processors(self) -> list:
         """The installed logs' span processors, for task spans recorded here and built out of process (pool
@@ -66,7 +66,7 @@ class Registry:
                 try:
                     fresh()
                 except Exception as exc:
-                    _report.warn_once("fork-fresh", f"a log could not start afresh after fork: {exc!r}")
+                    notices.warn_once("fork-fresh", f"a log could not start afresh after fork: {exc!r}")
 
 
 registry = Registry()

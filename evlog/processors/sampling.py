@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from evlog import _report
+from evlog import notices
 
 
 class Readings:
@@ -53,7 +53,7 @@ class Readings:
                     self._mem = vm.available / vm.total if vm.total else float("nan")
             except Exception as exc:
                 self._forget_fds()
-                _report.warn_once("readings-mem", f"cannot read free memory: {exc!r}")
+                notices.warn_once("readings-mem", f"cannot read free memory: {exc!r}")
         return self._mem
 
     def rss(self, now_ns: int) -> int:
@@ -72,7 +72,7 @@ class Readings:
                     self._rss = self._proc.memory_info().rss
             except Exception as exc:
                 self._forget_fds()
-                _report.warn_once("readings-rss", f"cannot read the process's memory: {exc!r}")
+                notices.warn_once("readings-rss", f"cannot read the process's memory: {exc!r}")
         return self._rss
 
     def _read_proc(self, path: str):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import statistics
 
-from . import groups, profile
-from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
+from evlog.report import groups, profile
+from evlog.report.common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
                      label, merge, ms, pct, process_name, secs, split_exception)
-from .model import Computation, Task, build, union_ns
+from evlog.report.model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     comps = build(spans)

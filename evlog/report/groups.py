@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 
-from .common import (MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms,
+from evlog.report.common import (MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms,
                      split_exception)
 
 POOL_SPANS = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")

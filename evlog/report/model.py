@@ -11,7 +11,7 @@ the compute span of its trace, else to a computation of its own trace.
 """
 from __future__ import annotations
 
-from .common import NS, merge
+from evlog.report.common import NS, merge
 
 _FINAL = ("memory", "erred")
 _READY = ("processing", "queued", "no-worker")

@@ -1,6 +1,6 @@
 """The sampling profile in the report: the hottest functions per Dask task prefix and per pool function.
 
-Reads the ``evlog.profile`` log records (evlog/exporters/profiles.py: one pprof per process, prefix and
+Reads the ``evlog.profile`` log records (evlog/builders/profiles.py: one pprof per process, prefix and
 shipping interval, each sample labelled with its task span) and ranks functions by self time (samples
 with the function at the top of the stack) and total time (samples with it anywhere on the stack),
 both as wall seconds. A corrupt record is reported once and skipped. The dashboard's flame graph reads
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from evlog import pprof
 
-from .common import pct
+from evlog.report.common import pct
 
 EVENT = "evlog.profile"
 TOP = 10  # functions listed per prefix in the JSON (text and HTML show 5)
@@ -43,9 +43,9 @@ def samples(logs: list[dict]) -> list[Sample]:
         try:
             prof = pprof.from_body(r.get("body"))
         except pprof.DecodeError as exc:
-            from evlog import _report
+            from evlog import notices
 
-            _report.warn_once("report-profile-body", f"an evlog.profile log record of {label} is not a profile "
+            notices.warn_once("report-profile-body", f"an evlog.profile log record of {label} is not a profile "
                               f"({exc}); skipped")
             continue
         res = r.get("resource") or {}

@@ -8,7 +8,7 @@ import html
 import json
 from importlib import resources
 
-from .render_text import _call, _d, _pct, _t
+from evlog.report.render_text import _call, _d, _pct, _t
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
@@ -226,7 +226,7 @@ def render_html(rep: dict) -> str:
 
 def _profiles(groups: dict) -> list[str]:
     """The sampling profile's top functions of each prefix (or pool function) that has one."""
-    from .profile import SHOWN, rows
+    from evlog.report.profile import SHOWN, rows
 
     out = []
     for name, g in groups.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from .groups import call_name
+from evlog.report.groups import call_name
 
 DETAILED = 10  # computations shown in full (those with failures or stragglers, then the longest)
 STORY_LINES = 12  # story lines shown per straggler (failures: all)
@@ -177,7 +177,7 @@ def render_text(rep: dict) -> str:
 
 def _profiles(groups: dict) -> list[str]:
     """The sampling profile's top functions of each prefix (or pool function) that has one."""
-    from .profile import SHOWN, rows
+    from evlog.report.profile import SHOWN, rows
 
     out = []
     for name, g in groups.items():

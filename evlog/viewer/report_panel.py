@@ -11,7 +11,7 @@ from typing import Any
 from evlog.report.analysis import analyse
 from evlog.report.command import store_rows
 
-from .server import _finite
+from evlog.viewer.server import _finite
 
 _CHUNK = 500  # keys per SQL IN (...)
 

@@ -25,8 +25,8 @@ import sqlite3
 import threading
 from typing import Any, Callable
 
-from . import steps
-from .store import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, Store, dumps
+from evlog.viewer import steps
+from evlog.viewer.store import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, Store, dumps
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 
@@ -776,14 +776,14 @@ class Dashboard:
     async def _report(self, request: Any) -> Any:
         """`evlog report` of the stored data, for the report panel (evlog.viewer.report_panel)."""
         st, run = await self._view(request)
-        from .report_panel import dashboard_report
+        from evlog.viewer.report_panel import dashboard_report
 
         return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
 
     async def _profile(self, request: Any) -> Any:
         """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""
         st, run = await self._view(request)
-        from .profile import flame
+        from evlog.viewer.profile import flame
 
         q = request.query
         worker, label, span = q.get("worker") or None, q.get("label") or None, q.get("span") or None

@@ -102,7 +102,7 @@ def _bucket_means(busy: dict[str, list[tuple[int, int]]]) -> tuple[list[int], li
 
 def held_bytes(series: dict[str, list[tuple[int, int]]]) -> dict:
     """``series``: worker -> (time ns, bytes held) at each change, from the ``dask.worker.memory`` spans
-    (evlog/instrumentation/dask_memory.py). The bytes-held plot in line_plot's shape, as steps."""
+    (evlog/builders/dask_memory.py). The bytes-held plot in line_plot's shape, as steps."""
     per = {}
     for w, pts in series.items():
         pts = sorted(pts)

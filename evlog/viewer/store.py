@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from . import otlp_decode
-from .receiver import Backpressure
+from evlog.viewer import otlp_decode
+from evlog.viewer.receiver import Backpressure
 
 FORMAT = "evlog-store"
 SCHEMA_VERSION = "4"  # 4: spans.state (a task life's dask.task.state); a version-3 file gets the column
@@ -322,7 +322,7 @@ class Store:
         return conn
 
     def runs(self) -> list[dict]:
-        """The runs stored (by resource attribute evlog.run.id; '' for processes without one), newest
+        """The runs stored (by resource attribute evlog.observed.run.id; '' for processes without one), newest
         first: their services, processes and time range."""
         procs: dict = {}
         for pid, run, service in self._q(f"SELECT id, {_RUN_OF}, service FROM processes"):
@@ -774,7 +774,7 @@ class Store:
 
     def prefix_states(self, name: str = "dask.prefix.tasks") -> dict[str, dict[str, int]]:
         """{prefix: {state: tasks}} of the scheduler's latest sample of ``name`` (Dask's own counts per
-        task prefix, evlog/instrumentation/dask_gauges.py), summed over schedulers; prefixes with
+        task prefix, evlog/observed/dask/gauges.py), summed over schedulers; prefixes with
         nothing active (all zero: forgotten) are left out."""
         out: dict[str, dict[str, int]] = {}
         for prefix, state, value in self._q(
@@ -837,7 +837,7 @@ class Store:
 
     def run_bounds(self) -> tuple[int | None, int | None]:
         """The times of the run's start and end samples (points of the exporter process,
-        ``evlog.process.role=exporter``; evlog/exporters/host_samples.py), or (None, None)."""
+        ``evlog.process.role=exporter``; evlog/exporter/host_samples.py), or (None, None)."""
         return tuple(self._q("SELECT min(time), max(time) FROM points WHERE process IN "
                              "(SELECT id FROM processes WHERE role = 'exporter')")[0])
 
@@ -859,7 +859,7 @@ class Store:
 
     def worker_memory(self) -> list[tuple[int, str, str, float]]:
         """(time ns, worker address, managed | unmanaged | spilled, bytes) of the scheduler's samples of
-        each worker's memory (``dask.worker.memory.*``, evlog/instrumentation/dask_gauges.py), in time order."""
+        each worker's memory (``dask.worker.memory.*``, evlog/observed/dask/gauges.py), in time order."""
         return [(t, str(w), name.rpartition(".")[2], v) for t, w, name, v in self._q(
             f"SELECT time, {_attr('attributes', 'dask.worker.address')} AS w, name, value FROM points "
             "WHERE name IN ('dask.worker.memory.managed', 'dask.worker.memory.unmanaged', "
@@ -903,7 +903,7 @@ _EVERY = "((l.event_name != '' OR l.topic IS NOT NULL) AND l.event_name != 'evlo
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 # a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
 # (a resource with values JSON cannot carry, NaN say, is stored as text json_extract refuses: no run id)
-_RUN_OF = ("coalesce(CASE WHEN json_valid(resource) THEN CAST(json_extract(resource, '$.\"evlog.run.id\"') AS TEXT) "
+_RUN_OF = ("coalesce(CASE WHEN json_valid(resource) THEN CAST(json_extract(resource, '$.\"evlog.observed.run.id\"') AS TEXT) "
            "END, '')")
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "
@@ -1025,7 +1025,7 @@ class Ingestor:
             conn.close()
 
     def _run(self) -> None:
-        from evlog import _report
+        from evlog import notices
 
         while True:
             with self._cond:
@@ -1044,7 +1044,7 @@ class Ingestor:
                     self.stored[signal] = self.stored.get(signal, 0) + len(rows)
             except Exception as e:  # a full disk, a locked file: counted and reported, the server goes on
                 self.write_errors += n
-                _report.warn_once(f"store-write-{type(e).__name__}",
+                notices.warn_once(f"store-write-{type(e).__name__}",
                                   f"cannot store telemetry in {self.store.path}: {e}; rows are dropped and counted")
             with self._cond:
                 self._pending -= n

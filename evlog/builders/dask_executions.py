@@ -1,0 +1,126 @@
+"""A Dask worker's executions and transfers -> ``dask.execute {prefix}`` and ``dask.transfer`` spans.
+
+The worker side (dask_worker) records each execution and each fetch of dependencies as a tuple of atoms
+and ships it (evlog.observed.records); the run's exporter process turns them into spans here, with the SDK's
+public types. The same functions make the spans a worker's own consumers see (evlog.processors), so a
+consumer in the worker and the exported span agree.
+
+Records (``address`` is the worker's):
+- an execution: ``(EXECUTE, key, prefix, trace_id, span_id, parent, start, stop, thread id, thread name,
+  error, startstops, address, top)``; parent: ``(trace_id, span_id, trace flags)`` of the client call's span,
+  or None; error: ``(text, traceback)`` or None; startstops: Dask's other startstops of that run,
+  ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
+  ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
+- a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
+"""
+from __future__ import annotations
+
+import random
+
+from opentelemetry.sdk.trace import Event, ReadableSpan
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from evlog.builders import dask_lives
+
+KIND = "dask.worker"  # the records' kind
+EXECUTE, TRANSFER = 0, 1
+UNSET = dask_lives.UNSET
+SCOPE = dask_lives.SCOPE
+
+
+def _parent(p) -> SpanContext | None:
+    return SpanContext(p[0], p[1], True, TraceFlags(p[2])) if p is not None else None
+
+
+class Executions:
+    """One worker process's records -> spans (a builder of the exporter process: feed() -> spans)."""
+
+    def __init__(self, resource):
+        self.resource = resource  # callable -> the worker process's current Resource
+        self._names: dict = {}
+
+    def feed(self, batch, now: float, final: bool = False) -> list:
+        res = self.resource()
+        out = []
+        for rec in batch:
+            out.append(execute_span(rec, res, self._names) if rec[0] == EXECUTE else transfer_span(rec, res))
+        return out
+
+
+def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
+    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:13]
+    name = names.get(prefix) if names is not None else None
+    if name is None:
+        name = f"dask.execute {prefix}"
+        if names is not None:
+            if len(names) > 4096:
+                names.clear()
+            names[prefix] = name
+    attrs = {
+        "dask.task.key": key if type(key) is str else str(key),
+        "dask.task.prefix": prefix,
+        "dask.worker.address": address,
+    }
+    if thread is not None:
+        attrs["thread.id"] = thread
+        attrs["thread.name"] = thread_name
+    if len(rec) > 13 and rec[13]:  # issue 31: the task's hottest functions, from the worker's profiler
+        attrs["evlog.profile.top"] = rec[13]
+    events = []
+    lo, hi = start, stop
+    for action, s0, s1, source in startstops:
+        lo, hi = min(lo, s0), max(hi, s1)
+        ev = {"dask.startstop.duration": float(s1 - s0)}
+        if source:
+            ev["dask.transfer.source"] = source
+        events.append(Event(action, ev, int(s0 * 1e9)))
+    status = UNSET
+    if err is not None:
+        text, tb = err
+        status = Status(StatusCode.ERROR, text)
+        ev = {"exception.message": text}
+        if tb:
+            ev["exception.stacktrace"] = tb
+        events.append(Event("exception", ev, int(stop * 1e9)))
+    events.sort(key=_timestamp)
+    return ReadableSpan(
+        name,
+        context=SpanContext(trace_id, span_id, False, dask_lives.SAMPLED),
+        parent=_parent(parent),
+        resource=resource,
+        attributes=attrs,
+        events=events,
+        kind=SpanKind.CONSUMER,
+        status=status,
+        start_time=int(lo * 1e9),
+        end_time=int(hi * 1e9),
+        instrumentation_scope=SCOPE,
+    )
+
+
+def transfer_span(rec, resource) -> ReadableSpan:
+    _, source, keys, nbytes, parent, t0, t1, ok, outcome, address = rec
+    parent_sc = _parent(parent)
+    attrs = {
+        "dask.transfer.source": str(source),
+        "dask.transfer.bytes": int(nbytes),
+        "dask.task.key": str(keys[0]) if keys else "",
+        "dask.worker.address": address,
+    }
+    return ReadableSpan(
+        "dask.transfer",
+        context=SpanContext(parent_sc.trace_id if parent_sc is not None else random.getrandbits(128) or 1,
+                            random.getrandbits(64) or 1, False, dask_lives.SAMPLED),
+        parent=parent_sc,
+        resource=resource,
+        attributes=attrs,
+        kind=SpanKind.CLIENT,
+        status=UNSET if ok else Status(StatusCode.ERROR, outcome),
+        start_time=int(t0 * 1e9),
+        end_time=int(t1 * 1e9),
+        instrumentation_scope=SCOPE,
+    )
+
+
+def _timestamp(ev: Event) -> int:
+    return ev.timestamp

@@ -1,0 +1,196 @@
+"""Trace shaping: a big computation's tasks go into bounded traces, linked to its client call's trace.
+
+A computation (the tasks one graph brings to the scheduler with one carrier) of up to LIMIT tasks
+(EVLOG_DASK_TRACE_TASKS, default 2,000: about 3 MB of protobuf for trivial tasks) stays one trace, as
+it always was. Past that, Jaeger's UI and Tempo's per-trace limit (5 MB by default) would choke on it,
+so it is split by task group:
+
+- the client call's trace gets one ``dask.group {prefix}`` span per task group of the computation,
+  child of its ``dask.compute`` span, with exact counts and compute-time statistics of the group's
+  tasks, a link to each batch (below) and a link to each erred task (both up to MAX_LINKS);
+- the group's tasks are cut into batches of at most LIMIT tasks, in Dask's priority order; each batch
+  is a trace of its own whose root is a ``dask.batch {prefix}`` span linked to the group span (the
+  pattern of OpenTelemetry's messaging conventions for batches). The batch's tasks' ``dask.task``,
+  ``dask.execute`` and ``dask.transfer`` spans are its children, so nothing is sampled away.
+
+The split is decided on the scheduler, where the carrier of each task is made (``split``, called by
+dask_context.carry): a task's carrier names its batch span instead of the client call's span, and the
+worker puts the execution in the batch's trace from it as before. The scheduler also records one
+shape record per batch; the exporter process (dask_lives.Lives) hands them to ``Shapes``, which
+builds the batch and group spans once all their tasks' spans are out (or at the final flush), with the
+SDK's public types.
+
+A shape record is ``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch traceparent,
+client call's traceparent, group span id, prefix, group, batch index, batches in the group, tasks in
+the group, tasks in the batch)``.
+"""
+from __future__ import annotations
+
+import random
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+
+from evlog.builders import dask_lives
+
+SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
+MAX_LINKS = 128  # links per group span to its batches, and to its erred tasks (the SDK's default limit)
+_getrandbits = random.getrandbits
+
+
+# ---- on the scheduler ---------------------------------------------------------------------------
+
+def split(tasks: list, tp: str, limit: int, now: float):
+    """``tasks`` (new TaskStates of one graph, all with carrier ``tp``) -> ``(carriers, records)``:
+    each task's batch carrier and one shape record per batch; None when the graph stays one trace."""
+    if limit <= 0 or len(tasks) <= limit:
+        return None
+    parent = dask_lives.parse_traceparent(tp)
+    if parent is None or not parent.trace_flags.sampled:
+        return None
+    flags = f"{int(parent.trace_flags):02x}"
+    groups: dict = {}
+    for ts in tasks:
+        groups.setdefault(ts.group, []).append(ts)
+    carriers: dict = {}
+    records = []
+    for tg, members in groups.items():
+        try:
+            members.sort(key=_priority)  # batches then run one after the other
+        except TypeError:  # priorities that do not compare: the graph's order
+            pass
+        n = len(members)
+        nb = -(-n // limit)
+        group_span = _getrandbits(64) or 1
+        prefix = tg.prefix.name
+        for b in range(nb):
+            lo, hi = b * n // nb, (b + 1) * n // nb
+            btp = f"00-{_getrandbits(128) or 1:032x}-{_getrandbits(64) or 1:016x}-{flags}"
+            records.append((None, SHAPE, None, None, now, (btp, tp, group_span, prefix, tg.name, b, nb, n, hi - lo),
+                            None))
+            for ts in members[lo:hi]:
+                carriers[ts] = btp
+    return carriers, records
+
+
+def _priority(ts):
+    return ts.priority or ()
+
+
+# ---- in the exporter process ----------------------------------------------------------------------
+
+class _Group:
+    __slots__ = ("parent", "span_id", "prefix", "group", "tasks", "batches", "open", "start", "end", "states",
+                 "compute", "erred", "links")
+
+    def __init__(self, parent, span_id, prefix, group, tasks, batches):
+        self.parent, self.span_id, self.prefix, self.group = parent, span_id, prefix, group
+        self.tasks, self.batches, self.open = tasks, batches, 0
+        self.start = self.end = None
+        self.states: dict = {}  # final state -> tasks
+        self.compute: list = []  # seconds of compute of each task that ran
+        self.erred: list = []  # Links to erred tasks' spans (up to MAX_LINKS)
+        self.links: list = []  # Links to the batch spans (up to MAX_LINKS)
+
+
+class _Batch:
+    __slots__ = ("group", "context", "index", "size", "keys", "start", "end")
+
+    def __init__(self, group, context, index, size):
+        self.group, self.context, self.index, self.size = group, context, index, size
+        self.keys: set = set()
+        self.start = self.end = None
+
+
+class Shapes:
+    """One scheduler's batches and groups, waiting for their tasks' spans (in the exporter process)."""
+
+    def __init__(self):
+        self.batches: dict = {}  # batch traceparent -> _Batch
+        self._groups: dict = {}  # group span id -> _Group
+
+    def add(self, shape) -> None:
+        btp, tp, group_span, prefix, group, index, nb, tasks, size = shape
+        parent, context = dask_lives.parse_traceparent(tp), dask_lives.parse_traceparent(btp)
+        if parent is None or context is None:
+            return
+        g = self._groups.get(group_span)
+        if g is None:
+            g = self._groups[group_span] = _Group(parent, group_span, prefix, group, tasks, nb)
+        g.open += 1
+        self.batches[btp] = _Batch(g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags),
+                                   index, size)
+
+    def ended(self, btp, key, span, state, compute, out: list, resource) -> None:
+        """A task span of batch ``btp`` went out; ``out`` gets the batch's and the group's spans once
+        all their tasks' spans are out."""
+        b = self.batches.get(btp)
+        if b is None:
+            return
+        t0, t1 = span.start_time, span.end_time
+        b.start = t0 if b.start is None or t0 < b.start else b.start
+        b.end = t1 if b.end is None or t1 > b.end else b.end
+        if key in b.keys:  # a later life of the same task (it ran again): counted once
+            return
+        b.keys.add(key)
+        g = b.group
+        state = state or "unfinished"
+        g.states[state] = g.states.get(state, 0) + 1
+        if compute is not None:
+            g.compute.append(compute)
+        if state == "erred" and len(g.erred) < MAX_LINKS:
+            g.erred.append(Link(span.context, {"dask.task.key": span.attributes.get("dask.task.key", str(key)),
+                                               "exception.message": span.status.description or "erred"}))
+        if len(b.keys) >= b.size:
+            self._close(btp, b, out, resource)
+
+    def flush(self, out: list, resource) -> None:
+        """The final flush: every batch and group out, with what they have."""
+        for btp, b in list(self.batches.items()):
+            self._close(btp, b, out, resource)
+
+    def _close(self, btp, b: _Batch, out: list, resource) -> None:
+        del self.batches[btp]
+        g = b.group
+        group_ctx = SpanContext(g.parent.trace_id, g.span_id, False, g.parent.trace_flags)
+        if b.start is not None:
+            out.append(ReadableSpan(
+                f"dask.batch {g.prefix}", context=b.context, parent=None, resource=resource,
+                attributes={"dask.task.prefix": g.prefix, "dask.task.group": g.group, "dask.batch.index": b.index,
+                            "dask.batch.tasks": len(b.keys), "dask.group.batches": g.batches},
+                links=(Link(group_ctx),), kind=SpanKind.INTERNAL, status=dask_lives.UNSET,
+                start_time=b.start, end_time=b.end, instrumentation_scope=dask_lives.SCOPE))
+            g.start = b.start if g.start is None or b.start < g.start else g.start
+            g.end = b.end if g.end is None or b.end > g.end else g.end
+            if len(g.links) < MAX_LINKS:
+                g.links.append(Link(b.context, {"dask.batch.index": b.index}))
+        g.open -= 1
+        if g.open <= 0:
+            self._groups.pop(g.span_id, None)
+            if g.start is not None:
+                out.append(_group_span(g, group_ctx, resource))
+
+
+def _group_span(g: _Group, context, resource) -> ReadableSpan:
+    attrs = {"dask.task.prefix": g.prefix, "dask.task.group": g.group, "dask.group.tasks": g.tasks,
+             "dask.group.batches": g.batches}
+    for state, n in g.states.items():
+        attrs[f"dask.group.{state}"] = n
+    xs = sorted(g.compute)
+    if xs:
+        n = len(xs)
+        attrs.update({"dask.group.compute.count": n, "dask.group.compute.sum": sum(xs),
+                      "dask.group.compute.min": xs[0], "dask.group.compute.max": xs[-1],
+                      "dask.group.compute.mean": sum(xs) / n, "dask.group.compute.p50": _rank(xs, 50),
+                      "dask.group.compute.p95": _rank(xs, 95)})
+    erred = g.states.get("erred", 0)
+    status = Status(StatusCode.ERROR, f"{erred} of {g.tasks} tasks erred") if erred else dask_lives.UNSET
+    return ReadableSpan(
+        f"dask.group {g.prefix}", context=context, parent=g.parent, resource=resource, attributes=attrs,
+        links=tuple(g.links) + tuple(g.erred), kind=SpanKind.INTERNAL, status=status,
+        start_time=g.start, end_time=g.end, instrumentation_scope=dask_lives.SCOPE)
+
+
+def _rank(xs: list, q: int):
+    """The q-th percentile of sorted ``xs`` by the nearest-rank method (a value that occurred)."""
+    return xs[max(0, -(-q * len(xs) // 100) - 1)]

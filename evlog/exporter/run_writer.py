@@ -1,0 +1,129 @@
+"""The embedded default: the run's exporter processes append OTLP/JSON lines to the shared run folder.
+
+One file per signal and writing process (traces-<pid>.jsonl, logs-<pid>.jsonl, metrics-<pid>.jsonl: the
+run's exporter process on each host, or another writer of the same folder), opened O_APPEND by the
+process that writes it (re-opened after a fork), and each export request written as one whole line in
+one write: no line is torn or interleaved, whatever the other processes do. A full or read-only disk is
+reported once; what cannot be written by the end of the run is dropped and counted, the program goes on.
+"""
+from __future__ import annotations
+
+import os
+
+from evlog import notices
+
+from evlog.exporter import otlp_json
+
+_dumps = otlp_json.dumps
+
+
+class RunFolderWriter:
+    """Appends whole lines to ``<run_dir>/<signal>-<pid>.jsonl``."""
+
+    def __init__(self, run_dir: str, signal: str):
+        self.run_dir = run_dir
+        self.signal = signal
+        self._fd = -1
+        self._pid = -1
+
+    def _open(self) -> int:
+        pid = os.getpid()
+        if self._pid != pid:
+            self._fd = -1  # a forked child must not share its parent's file
+            self._pid = pid
+        if self._fd < 0:
+            os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
+            path = os.path.join(self.run_dir, f"{self.signal}-{pid}.jsonl")
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+    def write(self, request: dict) -> bool:
+        return self.write_text(_dumps(request))
+
+    def write_text(self, text: str) -> bool:
+        """Append ``text`` (one JSON document) as one line."""
+        data = (text + "\n").encode("utf-8", "surrogatepass")
+        try:
+            fd = self._open()
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            return True
+        except OSError as exc:
+            if not (os.environ.get("EVLOG_CONFIG_REPORTED") and not os.path.isdir(self.run_dir)):  # else said at start
+                notices.warn_once(
+                    f"runfolder-{exc.errno}",
+                    f"cannot write to the run folder {self.run_dir}: {exc.strerror or exc}; "
+                    "telemetry is dropped and counted, the program goes on",
+                )
+            return False  # the exporter process tries again later; what is left at the end is counted
+
+    def close(self) -> None:
+        if self._fd >= 0 and self._pid == os.getpid():
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = -1
+
+
+def span_exporter(run_dir: str):
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class RunFolderSpanExporter(SpanExporter):
+        def __init__(self):
+            self.writer = RunFolderWriter(run_dir, "traces")
+
+        def export(self, spans):
+            ok = self.writer.write_text(otlp_json.encode_spans_text(spans))
+            return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+
+        def shutdown(self):
+            self.writer.close()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return RunFolderSpanExporter()
+
+
+def log_exporter(run_dir: str):
+    from opentelemetry.sdk._logs.export import LogRecordExporter, LogRecordExportResult
+
+    class RunFolderLogExporter(LogRecordExporter):
+        def __init__(self):
+            self.writer = RunFolderWriter(run_dir, "logs")
+
+        def export(self, batch):
+            ok = self.writer.write(otlp_json.encode_logs(batch))
+            return LogRecordExportResult.SUCCESS if ok else LogRecordExportResult.FAILURE
+
+        def shutdown(self):
+            self.writer.close()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return True
+
+    return RunFolderLogExporter()
+
+
+def metric_exporter(run_dir: str):
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class RunFolderMetricExporter(MetricExporter):
+        def __init__(self):
+            super().__init__()
+            self.writer = RunFolderWriter(run_dir, "metrics")
+
+        def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+            ok = self.writer.write(otlp_json.encode_metrics(metrics_data))
+            return MetricExportResult.SUCCESS if ok else MetricExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+            self.writer.close()
+
+    return RunFolderMetricExporter()

@@ -1,0 +1,287 @@
+"""The user's telemetry leaves the SDK here: as records for the run's exporter process, never exported here.
+
+The observed process keeps the SDK's providers, so the user's span processors, samplers, views and limits
+work as the SDK documents. What would be an exporter is, through the SDK's public interfaces:
+- ``SpanRecords``, a SpanProcessor: ``on_end`` appends the finished (sampled) span to a records source;
+- ``LogRecords``, a LogRecordProcessor: ``on_emit`` appends the log record;
+- ``MetricRecords``, a MetricExporter on the SDK's periodic reader: each collection becomes one record.
+The shipping thread (evlog.observed.records, every 0.5 s and at exit) turns spans and log records into tuples of
+atoms (``span_record``, ``log_record``) and writes them to the run's exporter process, which rebuilds them
+with the SDK's public constructors (evlog.builders.sdk_rebuild) and exports them with the stock exporters.
+So this process encodes no OTLP, opens no connection, and has no queue that drops: the channel's own memory
+bound counts what it drops (``dropped.exporter_behind``), and the exporter process spools.
+
+Records (kinds ``otel.span``, ``otel.log``, ``otel.metrics``; a scope is ``(name, version, schema_url,
+attributes or None)``; trace ids, span ids and flags are ints):
+- span: ``(name, SpanKind value, scope, trace_id, span_id, flags, tracestate header, parent, start, end,
+  attributes, events, links, status)``; parent ``(trace_id, span_id, flags, is_remote)`` or None; events
+  ``((name, attributes, time), ...)`` or None; links ``((trace_id, span_id, flags, attributes), ...)`` or
+  None; status ``(StatusCode value, description)`` or None (unset);
+- log: ``(time, observed time, trace_id, span_id, flags, severity text, SeverityNumber value or None, body,
+  attributes, event name, scope)``;
+- metrics: ``(scopes, ...)``, each ``(scope, schema_url, metrics)``; a metric ``(name, description, unit,
+  data)`` with data one of ``("gauge", points)``, ``("sum", temporality, monotonic, points)``,
+  ``("histogram", temporality, points)``, ``("exponential", temporality, points)``; number points
+  ``(attributes, start, time, value, exemplars)``, histogram points ``(attributes, start, time, count,
+  sum, bucket counts, bounds, min, max, exemplars)``, exponential points ``(attributes, start, time,
+  count, sum, scale, zero count, (offset, counts), (offset, counts), flags, min, max, exemplars)``; an
+  exemplar ``(attributes, value, time, span_id, trace_id)``.
+The resource is not in the records: each process's hello carries it (its current one).
+"""
+from __future__ import annotations
+
+import os
+
+from opentelemetry.sdk._logs import LogRecordProcessor
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.trace import SpanProcessor
+
+from evlog import notices
+from evlog.wire import kinds
+from evlog.observed import records
+
+SPAN, LOG, METRICS = kinds.OTEL_SPAN, kinds.OTEL_LOG, kinds.OTEL_METRICS
+_ATOMS = (str, int, float, bool, bytes, type(None))
+
+
+def atom(value, depth: int = 0):
+    """``value`` as marshal carries it: atoms as they are, sequences as tuples, mappings as dicts with str
+    keys; anything else as its str() (what the SDK's encoder could not have sent either)."""
+    if type(value) in _ATOMS:
+        return value
+    if depth > 16:
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(atom(v, depth + 1) for v in value)
+    if isinstance(value, dict) or hasattr(value, "items"):
+        try:
+            return {str(k): atom(v, depth + 1) for k, v in value.items()}
+        except Exception:
+            return str(value)
+    for base in (bool, int, float, str, bytes):  # subclasses: an IntEnum, a str subclass
+        if isinstance(value, base):
+            return base(value)
+    return str(value)
+
+
+def _attrs(attributes):
+    """Attributes as atoms (a log record's may hold any value; span attributes are the SDK's checked ones)."""
+    if not attributes:
+        return None
+    out = _copy(attributes)
+    for k, v in out.items():
+        if type(v) not in _ATOMS and type(v) is not tuple:
+            out[k] = atom(v)
+    return out
+
+
+def _span_attrs(attributes):
+    """A span's, an event's or a link's attributes: the SDK let only atoms and tuples of atoms in."""
+    return _copy(attributes) if attributes else None
+
+
+def _copy(attributes) -> dict:
+    copy = getattr(attributes, "copy", None)  # BoundedAttributes.copy() is a plain dict's copy, in C
+    return copy() if copy is not None else dict(attributes)
+
+
+class _Scopes:
+    """InstrumentationScope -> its tuple, made once (marshal then writes a repeated one once per frame)."""
+
+    def __init__(self):
+        self._made: dict = {}
+
+    def __call__(self, scope):
+        if scope is None:
+            return None
+        made = self._made.get(id(scope))
+        if made is None or made[0] is not scope:
+            if len(self._made) > 4096:
+                self._made.clear()
+            made = self._made[id(scope)] = (scope, (scope.name, scope.version, scope.schema_url,
+                                                    _attrs(getattr(scope, "attributes", None))))
+        return made[1]
+
+
+def span_records(spans: list, scopes: _Scopes) -> list:
+    """Finished SDK spans -> span records (in the shipping thread)."""
+    out = []
+    for s in spans:
+        sc = s.context
+        p = s.parent
+        status = s.status
+        events = s.events
+        links = s.links
+        out.append((
+            s.name, s.kind.value, scopes(s.instrumentation_scope), sc.trace_id, sc.span_id, int(sc.trace_flags),
+            sc.trace_state.to_header() if sc.trace_state else "",
+            (p.trace_id, p.span_id, int(p.trace_flags), p.is_remote) if p is not None else None,
+            s.start_time, s.end_time, _span_attrs(s.attributes),
+            tuple((e.name, _span_attrs(e.attributes), e.timestamp) for e in events) if events else None,
+            tuple((ln.context.trace_id, ln.context.span_id, int(ln.context.trace_flags), _span_attrs(ln.attributes))
+                  for ln in links) if links else None,
+            (status.status_code.value, status.description) if status.status_code.value or status.description else None,
+        ))
+    return out
+
+
+def log_records(logs: list, scopes: _Scopes) -> list:
+    """SDK log records (ReadWriteLogRecord) -> log records (in the shipping thread)."""
+    out = []
+    for r in logs:
+        lr = r.log_record
+        sev = lr.severity_number
+        flags = lr.trace_flags
+        out.append((lr.timestamp, lr.observed_timestamp, lr.trace_id or 0, lr.span_id or 0,
+                    int(flags) if flags is not None else 0, lr.severity_text,
+                    sev.value if sev is not None else None, atom(lr.body), _attrs(lr.attributes),
+                    lr.event_name or None, scopes(r.instrumentation_scope)))
+    return out
+
+
+def _exemplars(exemplars) -> tuple:
+    return tuple((_attrs(e.filtered_attributes), e.value, e.time_unix_nano, e.span_id, e.trace_id)
+                 for e in exemplars) if exemplars else ()
+
+
+def _data(data):
+    kind = type(data).__name__
+    points = data.data_points
+    if kind in ("Gauge", "Sum"):
+        pts = tuple((_attrs(p.attributes), p.start_time_unix_nano, p.time_unix_nano, p.value,
+                     _exemplars(p.exemplars)) for p in points)
+        if kind == "Gauge":
+            return ("gauge", pts)
+        return ("sum", int(data.aggregation_temporality), bool(data.is_monotonic), pts)
+    if kind == "Histogram":
+        return ("histogram", int(data.aggregation_temporality), tuple(
+            (_attrs(p.attributes), p.start_time_unix_nano, p.time_unix_nano, p.count, p.sum, tuple(p.bucket_counts),
+             tuple(p.explicit_bounds), p.min, p.max, _exemplars(p.exemplars)) for p in points))
+    if kind == "ExponentialHistogram":
+        return ("exponential", int(data.aggregation_temporality), tuple(
+            (_attrs(p.attributes), p.start_time_unix_nano, p.time_unix_nano, p.count, p.sum, p.scale, p.zero_count,
+             (p.positive.offset, tuple(p.positive.bucket_counts)), (p.negative.offset, tuple(p.negative.bucket_counts)),
+             p.flags, p.min, p.max, _exemplars(p.exemplars)) for p in points))
+    raise TypeError(f"unknown metric data {kind}")
+
+
+def metrics_record(data, scopes: _Scopes) -> tuple | None:
+    """One collection (MetricsData) -> one metrics record, or None when it holds no point."""
+    out = []
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            metrics = tuple((m.name, m.description or "", m.unit or "", _data(m.data))
+                            for m in sm.metrics if m.data.data_points)
+            if metrics:
+                out.append((scopes(sm.scope), sm.schema_url or "", metrics))
+    return tuple(out) or None
+
+
+class _Appender:
+    """``append(item)`` to this process's source of ``kind`` (made again in a forked child: evlog.observed.records
+    starts afresh there), its items converted by ``convert(items, scopes)`` in the shipping thread."""
+
+    def __init__(self, kind: str, convert=None):
+        self.kind = kind
+        self.convert = convert
+        self._pid = -1
+        self._append = None
+
+    def __call__(self, item) -> None:
+        if self._pid != os.getpid():
+            scopes, convert = _Scopes(), self.convert
+            self._append = records.source(self.kind, convert=(lambda items: convert(items, scopes)) if convert else None).append
+            self._pid = os.getpid()
+        self._append(item)
+
+
+class SpanRecords(SpanProcessor):
+    """Finished sampled spans -> this process's records (one deque append on the span's thread)."""
+
+    def __init__(self):
+        self._append = _Appender(SPAN, span_records)
+
+    def on_end(self, span) -> None:
+        if span.context.trace_flags.sampled:
+            self._append(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        records.flush()
+        return True
+
+
+class LogRecords(LogRecordProcessor):
+    """Emitted log records -> this process's records."""
+
+    def __init__(self):
+        self._append = _Appender(LOG, log_records)
+
+    def on_emit(self, log_record) -> None:
+        self._append(log_record)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        records.flush()
+        return True
+
+
+class MetricRecords(MetricExporter):
+    """Each collection of the SDK's periodic reader -> one record (converted in the reader's thread)."""
+
+    def __init__(self, **preferences):
+        super().__init__(**preferences)
+        self._append = _Appender(METRICS)
+        self._scopes = _Scopes()
+
+    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
+        try:
+            rec = metrics_record(metrics_data, self._scopes)
+        except Exception as exc:
+            notices.warn_once("metrics-record", f"metric points could not be recorded: {exc!r}")
+            return MetricExportResult.FAILURE
+        if rec is not None:
+            self._append(rec)
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        pass
+
+
+def metric_preferences() -> dict:
+    """The temporality and aggregation preferences an OTLP metric exporter takes from
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE (cumulative, delta, lowmemory) and
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION (explicit_bucket_histogram,
+    base2_exponential_bucket_histogram), as the specification defines them: known before the
+    exporter is built (the reader asks at its start), without reading the exporter's own fields: the
+    program's reader aggregates as the run's OTLP exporter, in the exporter process, will send."""
+    from opentelemetry.sdk.metrics import (
+        Counter,
+        Histogram,
+        ObservableCounter,
+        ObservableGauge,
+        ObservableUpDownCounter,
+        UpDownCounter,
+    )
+    from opentelemetry.sdk.metrics.export import AggregationTemporality
+    from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
+
+    delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
+    pref = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") or "cumulative").strip().lower()
+    deltas = {"delta": (Counter, Histogram, ObservableCounter), "lowmemory": (Counter, Histogram)}.get(pref)
+    if deltas is None and pref != "cumulative":
+        notices.warn_once("metrics-temporality", f"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE={pref!r} is "
+                          "not cumulative, delta or lowmemory; using cumulative")
+    kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
+    out = {"preferred_temporality": {k: delta if k in (deltas or ()) else cumulative for k in kinds}}
+    agg = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION") or "").strip().lower()
+    if agg == "base2_exponential_bucket_histogram":
+        out["preferred_aggregation"] = {Histogram: ExponentialBucketHistogramAggregation()}
+    elif agg and agg != "explicit_bucket_histogram":
+        notices.warn_once("metrics-aggregation", f"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION={agg!r} "
+                          "is not explicit_bucket_histogram or base2_exponential_bucket_histogram; using the first")
+    return out
