@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-from evlog.relay.console_relay import ATTR_DROPPED, ATTR_IOSTREAM
+from evlog.wire.console import ATTR_DROPPED, ATTR_IOSTREAM
 
 PROGRAM = r"""
 import sys, time

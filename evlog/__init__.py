@@ -5,10 +5,7 @@ Public names are imported lazily, so `import evlog` costs next to nothing.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-__version__ = "0.1.0"
+from evlog.version import __version__ as __version__
 
 _LAZY = {
     # name: (module, attribute or None for the module itself)
@@ -26,7 +23,7 @@ _LAZY = {
 }
 
 
-def configure(**overrides: Any) -> bool:
+def configure(**overrides: object) -> bool:
     """Set evlog up in this process, in code: the same settings as the EVLOG_* variables.
 
     Keyword arguments override the environment and the YAML file: run_dir, capture, consumers,
@@ -61,11 +58,13 @@ def _say_where(settings) -> None:
                                                   f"see it with: {run.view_command(settings.run_dir)}")
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     try:
         module, attr = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'evlog' has no attribute {name!r}") from None
+    import importlib  # here, not at the top: the console relay imports evlog.wire under python -S
+
     mod = importlib.import_module(module)
     value = mod if attr is None else getattr(mod, attr)
     globals()[name] = value

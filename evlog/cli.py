@@ -462,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "stragglers, failures, workers, advice")
     rp.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder (default: the newest under ./evlog-runs)")
     rp.add_argument("--db", metavar="PATH", help="read an `evlog serve` database instead of a run folder")
-    rp.add_argument("--run", metavar="ID", help="with --db: the run (its evlog.observed.run.id) to report on (default: the newest)")
+    rp.add_argument("--run", metavar="ID", help="with --db: the run (its evlog.run.id) to report on (default: the newest)")
     rp.add_argument("--format", choices=("text", "json", "html"), default="text", help="text (default), json or html")
     rp.add_argument("-o", "--output", metavar="FILE", help="write to FILE (required for html; default stdout)")
     rp.set_defaults(fn=cmd_report)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evlog.relay.console_relay import ATTR_IOSTREAM
+from evlog.wire.console import ATTR_IOSTREAM
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "collector-config"
@@ -164,7 +164,7 @@ REQUIRED_SPANS = {"dask.compute", "dask.task {prefix}", "dask.execute {prefix}",
                   "futures.task {function}", "multiprocessing.task {function}"}
 REQUIRED_EVENTS = {"dask.log_event", "transition", "evlog.metadata"}
 REQUIRED_RESOURCE = {"service.name", "service.instance.id", "process.pid", "process.parent_pid", "host.name",
-                     "evlog.observed.run.id", "dask.role", "dask.worker.address", "dask.worker.name", "torch.rank",
+                     "evlog.run.id", "dask.role", "dask.worker.address", "dask.worker.name", "torch.rank",
                      "torch.local_rank", "torch.group_rank", "torch.role"}
 REQUIRED_ATTRIBUTES = {"dask.transition.start", "dask.transition.finish", "dask.task.prefix", "dask.task.state",
                        "dask.worker.status", "dask.transfer.source", "dask.transfer.bytes", "dask.topic",

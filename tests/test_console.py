@@ -17,7 +17,7 @@ import tty
 
 import pytest
 
-from evlog.relay.console_relay import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
+from evlog.wire.console import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 LAUNCHER = [PYTHON, "-m", "evlog.launcher"]
@@ -437,7 +437,7 @@ def test_one_sidecar_process_the_exporter_besides_the_reader(tmp_path):
 def test_output_lost_on_the_way_is_reported_line_for_line_by_the_builder():
     from opentelemetry.sdk.resources import Resource
 
-    from evlog.relay.console_relay import ConsoleLogs
+    from evlog.builders.console import ConsoleLogs
 
     class Logs:
         def __init__(self):

@@ -170,7 +170,7 @@ def _assert_arrived(receiver, pid, keys, numbers, run_id):
     ids = {s["span_id"] for s in got["executes"]}
     assert len([s for s in got["inside"] if s["parent_span_id"] in ids]) == len(keys)
     for r in got["resources"]:
-        assert r["dask.role"] == "worker" and r["evlog.observed.run.id"] == run_id
+        assert r["dask.role"] == "worker" and r["evlog.run.id"] == run_id
     assert got["durations"].get(keys[0].split("-")[0]) == len(keys)
 
 

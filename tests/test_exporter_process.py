@@ -150,7 +150,7 @@ def test_pool_task_spans_reach_a_plain_receiver_as_the_sdk_would_send_them(tmp_p
             a = attrs(s.attributes)
             assert a["code.function.name"] == "__main__.work" and a["evlog.pool.kind"] == "process"
             assert s.kind == 5 and s.trace_id.hex() == out["trace"] and s.parent_span_id.hex() == out["root"]
-            assert res["process.pid"] != 0 and res["evlog.observed.run.id"]
+            assert res["process.pid"] != 0 and res["evlog.run.id"]
             assert [(e.name, attrs(e.attributes).get("n")) for e in s.events][:1] == [("user.event", x)]
             assert s.start_time_unix_nano < s.end_time_unix_nano
         assert {tasks[x][0]["process.pid"] for x in tasks if x != 3} <= set(out["pids"])
@@ -339,7 +339,7 @@ def test_console_records_reach_a_plain_receiver_as_the_sdk_would_send_them(tmp_p
             body = value(rec.body)
             recs[json.dumps(body, sort_keys=True) if isinstance(body, dict) else body] = (res, rec)
         res, plain = recs["plain line"]
-        assert res["process.pid"] == out["pid"] and res["evlog.observed.run.id"]
+        assert res["process.pid"] == out["pid"] and res["evlog.run.id"]
         assert attrs(plain.attributes) == {"log.iostream": "stdout"} and not plain.event_name
         assert plain.trace_id.hex() == out["trace"] and plain.span_id.hex() == out["span"]
         assert plain.time_unix_nano > 0 and plain.observed_time_unix_nano >= plain.time_unix_nano

@@ -46,7 +46,7 @@ def _check_family(spans):
     assert EXPECTED <= set(by_name), sorted(by_name)
     pids = {by_name[n]["resource"]["process.pid"] for n in EXPECTED}
     assert len(pids) == len(EXPECTED), "each process reports its own process.pid"
-    run_ids = {by_name[n]["resource"].get("evlog.observed.run.id") for n in EXPECTED}
+    run_ids = {by_name[n]["resource"].get("evlog.run.id") for n in EXPECTED}
     assert len(run_ids) == 1 and None not in run_ids, run_ids
     parent = by_name["parent"]
     for n in ("child spawn", "child fork"):  # a forkserver child's parent is the fork server

@@ -170,7 +170,7 @@ def test_log_records_arrive_with_event_name_and_dict_body(otlp_receiver, transpo
     provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter(otlp_receiver, transport)))
     tracer_provider = TracerProvider(resource=RESOURCE)
     tracer = tracer_provider.get_tracer("evlog.tests")
-    logger = provider.get_logger("evlog.observed.events")
+    logger = provider.get_logger("evlog.events")
     with tracer.start_as_current_span("dask.task inc") as span:
         logger.emit(event_name="dask.log_event", body={"worker": "tcp://w:1", "n": 2, "tags": ["x"]},
                     attributes={"dask.topic": "my-topic"}, severity_number=SeverityNumber.INFO,
@@ -188,7 +188,7 @@ def test_log_records_arrive_with_event_name_and_dict_body(otlp_receiver, transpo
     assert event["trace_id"] == format(span.get_span_context().trace_id, "032x")
     assert event["span_id"] == format(span.get_span_context().span_id, "016x")
     assert event["observed_time"] > 0  # the SDK leaves time unset (0) unless given
-    assert event["scope"] == "evlog.observed.events"
+    assert event["scope"] == "evlog.events"
     assert event["resource"]["service.name"] == "receiver-test"
     assert (line["event_name"], line["body"], line["trace_id"], line["span_id"]) == ("", "plain line", "", "")
 

@@ -187,7 +187,7 @@ def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_na
     db = str(tmp_path / "runs.sqlite")
     store = Store(db)
     RunFolder(run["dir"]).load_into(store)
-    make_run(str(tmp_path / "other"), n_tasks=30)  # an older run, without evlog.observed.run.id
+    make_run(str(tmp_path / "other"), n_tasks=30)  # an older run, without evlog.run.id
     RunFolder(str(tmp_path / "other")).load_into(store)
     [newest, older] = [r["run"] for r in store.runs()]
     store.close()
@@ -201,7 +201,7 @@ def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_na
     got = json.loads(p.stdout)
     assert p.returncode == 0 and got["computations"] and not set(c["name"] for c in got["computations"]) & set(names)
     p = evlog("report", "--db", db, "--run", "nope")
-    assert p.returncode == 1 and f"no run 'nope' (evlog.observed.run.id); it holds {newest!r}, ''" in p.stderr.decode()
+    assert p.returncode == 1 and f"no run 'nope' (evlog.run.id); it holds {newest!r}, ''" in p.stderr.decode()
     p = evlog("report", run["dir"], "--run", newest)
     assert p.returncode == 1 and "--run picks a run of an `evlog serve` database: give --db too" in p.stderr.decode()
 

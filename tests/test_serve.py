@@ -464,7 +464,7 @@ def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(t
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": f"futures.task f{run}",
                 "kind": "INTERNAL", "start": i * 1000, "end": i * 1000 + 500, "attributes": {}, "events": [],
                 "links": [], "status_code": "UNSET", "status_message": "", "scope": "t",
-                "resource": {"service.name": run, "evlog.observed.run.id": run, "process.pid": 1 + i % 2}}
+                "resource": {"service.name": run, "evlog.run.id": run, "process.pid": 1 + i % 2}}
 
     st = Store(str(tmp_path / "evlog.sqlite"))
     try:
@@ -484,16 +484,16 @@ def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(t
 
 
 def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
-    """An exporter may send any value as evlog.observed.run.id (a number, a list): it is a run, shown as text."""
+    """An exporter may send any value as evlog.run.id (a number, a list): it is a run, shown as text."""
     from evlog.viewer.store import Store
 
     st = Store(str(tmp_path / "evlog.sqlite"))
     try:
         rows = [{"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "s", "kind": "INTERNAL",
                  "start": i, "end": i + 1, "attributes": {}, "events": [], "links": [], "status_code": "UNSET",
-                 "status_message": "", "scope": "t", "resource": {"evlog.observed.run.id": run, "process.pid": i}}
+                 "status_message": "", "scope": "t", "resource": {"evlog.run.id": run, "process.pid": i}}
                 for i, run in enumerate([7, 7.5, ["a"], "x"], 1)]
-        rows.append({**rows[-1], "span_id": f"{9:016x}", "resource": {"evlog.observed.run.id": "y", "n": float("nan")}})
+        rows.append({**rows[-1], "span_id": f"{9:016x}", "resource": {"evlog.run.id": "y", "n": float("nan")}})
         st.ingest([("traces", rows)])
         runs = {r["run"] for r in st.runs()}
         assert runs == {"7", "7.5", '["a"]', "x", ""}  # NaN: stored as text SQLite's JSON refuses, no run id

@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from evlog.bridge import otel
+from evlog.observed.bridge import otel
 
 DEFAULT_TYPE = "torchelastic"
 

@@ -1,17 +1,10 @@
 """A Dask worker's executions and transfers -> ``dask.execute {prefix}`` and ``dask.transfer`` spans.
 
-The worker side (dask_worker) records each execution and each fetch of dependencies as a tuple of atoms
-and ships it (evlog.observed.records); the run's exporter process turns them into spans here, with the SDK's
-public types. The same functions make the spans a worker's own consumers see (evlog.processors), so a
-consumer in the worker and the exported span agree.
+The worker side (evlog/observed/dask/worker.py) records each execution and each fetch of dependencies as
+a tuple of atoms and ships it (evlog.observed.records); the run's exporter process turns them into spans
+here, with the SDK's public types.
 
-Records (``address`` is the worker's):
-- an execution: ``(EXECUTE, key, prefix, trace_id, span_id, parent, start, stop, thread id, thread name,
-  error, startstops, address, top)``; parent: ``(trace_id, span_id, trace flags)`` of the client call's span,
-  or None; error: ``(text, traceback)`` or None; startstops: Dask's other startstops of that run,
-  ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
-  ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
-- a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
+Records: evlog/wire/dask.py (kind ``dask.worker``).
 """
 from __future__ import annotations
 
@@ -20,12 +13,11 @@ import random
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from evlog.builders import dask_lives
+from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
+from evlog.wire import dask as wire
 
-KIND = "dask.worker"  # the records' kind
-EXECUTE, TRANSFER = 0, 1
-UNSET = dask_lives.UNSET
-SCOPE = dask_lives.SCOPE
+KIND = wire.WORKER
+EXECUTE, TRANSFER = wire.EXECUTE, wire.TRANSFER
 
 
 def _parent(p) -> SpanContext | None:
@@ -85,7 +77,7 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
     events.sort(key=_timestamp)
     return ReadableSpan(
         name,
-        context=SpanContext(trace_id, span_id, False, dask_lives.SAMPLED),
+        context=SpanContext(trace_id, span_id, False, SAMPLED),
         parent=_parent(parent),
         resource=resource,
         attributes=attrs,
@@ -110,7 +102,7 @@ def transfer_span(rec, resource) -> ReadableSpan:
     return ReadableSpan(
         "dask.transfer",
         context=SpanContext(parent_sc.trace_id if parent_sc is not None else random.getrandbits(128) or 1,
-                            random.getrandbits(64) or 1, False, dask_lives.SAMPLED),
+                            random.getrandbits(64) or 1, False, SAMPLED),
         parent=parent_sc,
         resource=resource,
         attributes=attrs,

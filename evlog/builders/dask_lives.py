@@ -10,12 +10,8 @@ result died, the task ran again), so a task costs one span however long its resu
 
 Spans are built with the SDK's public types (ReadableSpan, Event, Resource, SpanContext).
 
-A recorded transition is ``(key, start, finish, stimulus_id, time, extra, info)``:
-- extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
-  (text, traceback) or None, nbytes, suspicious, seconds of compute or None); else None;
-- info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
-A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``; a big
-computation's batch is a shape record (dask_shape), whose batch and group spans are built here too.
+Records: evlog/wire/dask.py (kind ``dask.transition``); a big computation's batch and group spans
+are built here too (dask_shape.Shapes).
 """
 from __future__ import annotations
 
@@ -23,45 +19,22 @@ import random
 from collections import deque
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-
-from evlog import __version__
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog.builders import dask_memory
 from evlog.builders import dask_shape
+from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
+from evlog.tracecontext import parse_traceparent, trace_of_group  # noqa: F401 (trace_of_group: for the builders)
+from evlog.wire import dask as wire
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
-SCOPE = InstrumentationScope("evlog.dask", __version__)
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-UNSET = Status(StatusCode.UNSET)
-KIND = "dask.transition"  # the records' kind
+KIND = wire.TRANSITIONS
 
 # An open life: [serial, info, transitions, end, state, worker, dependencies, error, at end]
 #   end: time of its first transition to memory/erred/forgotten; state: that transition's finish
 #   at end: (nbytes, suspicious, compute seconds) from its memory/erred transition
 _SN, _INFO, _TRANS, _END, _STATE, _WORKER, _DEPS, _ERR, _AT_END = range(9)
-
-
-def parse_traceparent(tp) -> SpanContext | None:
-    try:
-        _v, trace_hex, span_hex, flags = tp.split("-")[:4]
-        sc = SpanContext(int(trace_hex, 16), int(span_hex, 16), True, TraceFlags(int(flags, 16) & 0xFF))
-    except Exception:
-        return None
-    return sc if sc.is_valid else None
-
-
-def trace_of_group(span_id) -> int:
-    """A trace id for tasks with no carrier: from Dask's own span id (a uuid), shared by scheduler and
-    workers, so tasks of one Dask span still land in one trace; random if there is none."""
-    if span_id:
-        try:
-            return int(str(span_id).replace("-", ""), 16) & ((1 << 128) - 1) or 1
-        except ValueError:
-            pass
-    return random.getrandbits(128) or 1
 
 
 class Lives:
@@ -85,7 +58,7 @@ class Lives:
         for rec in batch:
             key = rec[0]
             if key is None:  # a worker removal, or a batch of a big computation
-                if rec[1] == dask_shape.SHAPE:
+                if rec[1] == wire.SHAPE:
                     self._shapes.add(rec[5])
                     continue
                 if len(self._removed) > 65536:

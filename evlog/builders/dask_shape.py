@@ -13,16 +13,14 @@ so it is split by task group:
   pattern of OpenTelemetry's messaging conventions for batches). The batch's tasks' ``dask.task``,
   ``dask.execute`` and ``dask.transfer`` spans are its children, so nothing is sampled away.
 
-The split is decided on the scheduler, where the carrier of each task is made (``split``, called by
-dask_context.carry): a task's carrier names its batch span instead of the client call's span, and the
+The split is decided on the scheduler, where the carrier of each task is made (``split`` in
+evlog/observed/dask/shape.py): a task's carrier names its batch span instead of the client call's span, and the
 worker puts the execution in the batch's trace from it as before. The scheduler also records one
 shape record per batch; the exporter process (dask_lives.Lives) hands them to ``Shapes``, which
 builds the batch and group spans once all their tasks' spans are out (or at the final flush), with the
 SDK's public types.
 
-A shape record is ``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch traceparent,
-client call's traceparent, group span id, prefix, group, batch index, batches in the group, tasks in
-the group, tasks in the batch)``.
+The shape record: evlog/wire/dask.py.
 """
 from __future__ import annotations
 
@@ -31,50 +29,11 @@ import random
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
-from evlog.builders import dask_lives
+from evlog.builders.dask_spans import SCOPE, UNSET
+from evlog.tracecontext import parse_traceparent
 
-SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
 MAX_LINKS = 128  # links per group span to its batches, and to its erred tasks (the SDK's default limit)
 _getrandbits = random.getrandbits
-
-
-# ---- on the scheduler ---------------------------------------------------------------------------
-
-def split(tasks: list, tp: str, limit: int, now: float):
-    """``tasks`` (new TaskStates of one graph, all with carrier ``tp``) -> ``(carriers, records)``:
-    each task's batch carrier and one shape record per batch; None when the graph stays one trace."""
-    if limit <= 0 or len(tasks) <= limit:
-        return None
-    parent = dask_lives.parse_traceparent(tp)
-    if parent is None or not parent.trace_flags.sampled:
-        return None
-    flags = f"{int(parent.trace_flags):02x}"
-    groups: dict = {}
-    for ts in tasks:
-        groups.setdefault(ts.group, []).append(ts)
-    carriers: dict = {}
-    records = []
-    for tg, members in groups.items():
-        try:
-            members.sort(key=_priority)  # batches then run one after the other
-        except TypeError:  # priorities that do not compare: the graph's order
-            pass
-        n = len(members)
-        nb = -(-n // limit)
-        group_span = _getrandbits(64) or 1
-        prefix = tg.prefix.name
-        for b in range(nb):
-            lo, hi = b * n // nb, (b + 1) * n // nb
-            btp = f"00-{_getrandbits(128) or 1:032x}-{_getrandbits(64) or 1:016x}-{flags}"
-            records.append((None, SHAPE, None, None, now, (btp, tp, group_span, prefix, tg.name, b, nb, n, hi - lo),
-                            None))
-            for ts in members[lo:hi]:
-                carriers[ts] = btp
-    return carriers, records
-
-
-def _priority(ts):
-    return ts.priority or ()
 
 
 # ---- in the exporter process ----------------------------------------------------------------------
@@ -111,7 +70,7 @@ class Shapes:
 
     def add(self, shape) -> None:
         btp, tp, group_span, prefix, group, index, nb, tasks, size = shape
-        parent, context = dask_lives.parse_traceparent(tp), dask_lives.parse_traceparent(btp)
+        parent, context = parse_traceparent(tp), parse_traceparent(btp)
         if parent is None or context is None:
             return
         g = self._groups.get(group_span)
@@ -158,8 +117,8 @@ class Shapes:
                 f"dask.batch {g.prefix}", context=b.context, parent=None, resource=resource,
                 attributes={"dask.task.prefix": g.prefix, "dask.task.group": g.group, "dask.batch.index": b.index,
                             "dask.batch.tasks": len(b.keys), "dask.group.batches": g.batches},
-                links=(Link(group_ctx),), kind=SpanKind.INTERNAL, status=dask_lives.UNSET,
-                start_time=b.start, end_time=b.end, instrumentation_scope=dask_lives.SCOPE))
+                links=(Link(group_ctx),), kind=SpanKind.INTERNAL, status=UNSET,
+                start_time=b.start, end_time=b.end, instrumentation_scope=SCOPE))
             g.start = b.start if g.start is None or b.start < g.start else g.start
             g.end = b.end if g.end is None or b.end > g.end else g.end
             if len(g.links) < MAX_LINKS:
@@ -184,11 +143,11 @@ def _group_span(g: _Group, context, resource) -> ReadableSpan:
                       "dask.group.compute.mean": sum(xs) / n, "dask.group.compute.p50": _rank(xs, 50),
                       "dask.group.compute.p95": _rank(xs, 95)})
     erred = g.states.get("erred", 0)
-    status = Status(StatusCode.ERROR, f"{erred} of {g.tasks} tasks erred") if erred else dask_lives.UNSET
+    status = Status(StatusCode.ERROR, f"{erred} of {g.tasks} tasks erred") if erred else UNSET
     return ReadableSpan(
         f"dask.group {g.prefix}", context=context, parent=g.parent, resource=resource, attributes=attrs,
         links=tuple(g.links) + tuple(g.erred), kind=SpanKind.INTERNAL, status=status,
-        start_time=g.start, end_time=g.end, instrumentation_scope=dask_lives.SCOPE)
+        start_time=g.start, end_time=g.end, instrumentation_scope=SCOPE)
 
 
 def _rank(xs: list, q: int):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from opentelemetry.trace import SpanKind
 
-from evlog import __version__
+from evlog.version import __version__
 from evlog.wire import kinds
 from evlog.builders import sdk_rebuild
 

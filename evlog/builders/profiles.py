@@ -8,19 +8,19 @@ values, samples (count) and wall time (nanoseconds). Any OTLP collector takes th
 run folder keeps them with the other log records, where the dashboard and ``evlog report`` read them
 (evlog/report/profile.py).
 
-They go through a logs pipeline of their own, bounded (MAX_PENDING records, the oldest dropped and
-counted as ``dropped.profiles``): a collector that refuses them (too large, no logs) holds only them,
-never the console's log records or the spans.
+The exporter process gives them a logs pipeline of their own, bounded (``process.PROFILES_PENDING``
+records, the oldest dropped and counted as ``dropped.profiles``): a collector that refuses them (too
+large, no logs) holds only them, never the console's log records or the spans.
 """
 from __future__ import annotations
 
 import time
 
-from evlog import __version__, pprof, stats
+from evlog import pprof
+from evlog.version import __version__
 from evlog.wire.profile_records import KIND as KIND  # the records' kind (process._builders)
 from evlog.wire.profile_records import Rec, Samples, Task
 
-MAX_PENDING = 2048  # profile log records waiting for a slow or refusing collector (about 17 min of one prefix)
 EVENT = "evlog.profile"
 LABELS = {Task.DASK.value: "dask.task.prefix", Task.POOL.value: "code.function.name"}
 SAMPLE_TYPES = (("samples", "count"), ("wall", "nanoseconds"))
@@ -29,44 +29,16 @@ SAMPLE_TYPES = (("samples", "count"), ("wall", "nanoseconds"))
 _MACHINERY = ("/distributed/", "/dask/")
 _UNKNOWN = ("?", "", 0)
 
-_pipes: list = []
-
-
-def pipelines() -> tuple:
-    """The profiles' pipeline, if one was made (the exporter process finishes it at exit)."""
-    return tuple(_pipes)
-
-
-def _pipeline():
-    if not _pipes:
-        from evlog.exporter.process import Pipeline
-
-        class Bounded(Pipeline):
-            def add(self, records: list) -> None:
-                super().add(records)
-                for sink in self.sinks or ():
-                    over = len(sink.pending) - MAX_PENDING
-                    if over > 0:
-                        for _ in range(over):
-                            sink.pending.popleft()
-                        stats.incr("dropped.profiles", over)
-
-        p = Bounded("logs")
-        p.configure({})  # the run's settings, read from the first hello already
-        _pipes.append(p)
-    return _pipes[0]
-
-
 class ProfileLogs:
     """One process's profile records -> log records (a builder of the exporter process: feed() -> no spans)."""
 
-    def __init__(self, meta, resource, add=None):
+    def __init__(self, meta, resource, add):
         self.resource = resource  # callable -> the process's current Resource
         self.interval = float((meta or {}).get("interval") or 0.01)
         self.frames: list = []  # the process's frame table
         self.machinery: list = []  # per frame: one of Dask's own
         self.span = (0, 0)  # (start ns, end ns) of the interval being fed
-        self.add = add  # where the log records go (tests); else the profiles' pipeline
+        self.add = add  # where the log records go: the profiles' pipeline (exporter/process.py), or a test's list
         self._scope = None
 
     def feed(self, batch, now: float, final: bool = False) -> list:
@@ -81,7 +53,7 @@ class ProfileLogs:
                 self.span = (rec[1], rec[2])
         if groups:
             out = [self._record(kind, label, recs) for (kind, label), recs in groups.items()]
-            (self.add or _pipeline().add)(out)
+            self.add(out)
         return []
 
     def _frames(self, first: int, new) -> None:

@@ -54,7 +54,7 @@ class HostSamples:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-        from evlog import __version__
+        from evlog.version import __version__
         from evlog.observed import sdk
 
         self.names = [n for n in NAMES if n in settings.consumers]

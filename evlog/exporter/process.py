@@ -43,7 +43,7 @@ def _builders(logs=None, metrics=None):
     """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans (the
     builders of log records and metrics hand them to ``logs`` and ``metrics``, their pipelines, and return
     no spans)."""
-    from evlog.relay import console_relay
+    from evlog.builders import console as console_logs
     from evlog.builders import dask_executions
     from evlog.builders import dask_lives
     from evlog.builders import pool_spans
@@ -60,15 +60,45 @@ def _builders(logs=None, metrics=None):
         return pool_spans.PoolSpans(resource)
 
     def console(meta, resource):
-        return console_relay.ConsoleLogs(meta, resource, logs, metrics)
+        return console_logs.ConsoleLogs(meta, resource, logs, PipelineMetrics(metrics) if metrics is not None else None)
 
     from evlog.builders import profiles  # issue 31: task profiles -> evlog.profile log records, in a pipeline of their own
 
+    def profile(meta, resource):
+        return profiles.ProfileLogs(meta, resource, _profiles_pipeline().add)
+
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
-            console_relay.KIND: console, profiles.KIND: profiles.ProfileLogs,
+            console_logs.KIND: console, profiles.KIND: profile,
             sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
             sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),
             sdk_rebuild.METRICS: lambda meta, resource: sdk_rebuild.Metrics(resource, metrics)}
+
+
+PROFILES_PENDING = 2048  # profile log records waiting for a slow or refusing collector (about 17 min of one prefix)
+_profile_pipes: list = []
+
+
+def _profiles_pipeline():
+    """The task profiles' logs pipeline (issue 31), made at the first profile record: bounded, so a
+    collector that refuses them (too large, no logs) holds only them, never the console's log records or
+    the spans; what is dropped is counted (``dropped.profiles``)."""
+    if not _profile_pipes:
+        class Bounded(Pipeline):
+            def add(self, records: list) -> None:
+                from evlog import stats
+
+                super().add(records)
+                for sink in self.sinks or ():
+                    over = len(sink.pending) - PROFILES_PENDING
+                    if over > 0:
+                        for _ in range(over):
+                            sink.pending.popleft()
+                        stats.incr("dropped.profiles", over)
+
+        p = Bounded("logs")
+        p.configure({})  # the run's settings, read from the first hello already
+        _profile_pipes.append(p)
+    return _profile_pipes[0]
 
 
 _Resource: list = []
@@ -548,7 +578,6 @@ def main() -> None:
     import selectors
     import signal
     import socket
-    import struct
     import time
 
     # In the program's process group (a job control stop or a kill of the group reaches it too), but a
@@ -568,7 +597,7 @@ def main() -> None:
 
     sdk.route_sdk_logging()
     select.route_exporter_logging()
-    header = struct.Struct("<II")  # evlog.observed.records: frame bytes, records in it
+    from evlog.wire.frames import HEADER as header
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
     pipeline = Pipeline()
@@ -672,9 +701,7 @@ def main() -> None:
         builder.host.send(ended)
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
         _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
-    from evlog.builders import profiles  # issue 31: the task profiles' own logs pipeline, finished beside the others
-
-    _finish((*builder.pipelines, *profiles.pipelines()), clock)
+    _finish((*builder.pipelines, *_profile_pipes), clock)  # the task profiles' own pipeline beside the others
     stats.incr("exporter.processes")
     stats.write_process_line()
     os._exit(0)

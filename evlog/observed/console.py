@@ -27,15 +27,15 @@ import threading
 from evlog import stats
 from evlog import notices
 
-from evlog.relay import console_relay as relay
+from evlog.wire import console as markers
 
 MARKS_ENV = "EVLOG_CONSOLE_MARKS"  # token:dev:ino of fd 1:dev:ino of fd 2, for children's logged marks
 _capture = None  # the active _Capture of this process, or None
 _hooked_pid = -1  # the process whose exit hook, span processor and fork hook are registered
 # The relay: its path is evlog, its own standard library, then the program's other entries (no
 # current or script directory: a user's "select.py" must not shadow the standard library there);
-# console_relay.py runs as a plain file, so reading starts before the evlog package is imported.
-# Its code comes from the bytecode this process cached when it imported console_relay, if fresh.
+# console_relay.py runs as a plain file, so reading starts before the evlog package is imported (it
+# then imports only evlog.wire's modules). Its code comes from its cached bytecode, made once if missing.
 _BOOT = ("import sys;c=eval(sys.argv[1],{'__builtins__':{}});std=[p for p in sys.path if p];"
          "sys.path[:]=c['path'][:1]+std+[p for p in c['path'][1:] if p not in std];"
          "import marshal;f=c['code'];b=open(f,'rb').read();"
@@ -93,7 +93,7 @@ class _Capture:
         self.pid = os.getpid()
         self.main_ident = threading.main_thread().ident
         self.token = os.urandom(8).hex()
-        self.prefix = relay.marker_prefix(self.token)
+        self.prefix = markers.marker_prefix(self.token)
         self.streams: list[_Stream] = []
         self.active_spans: dict = {}  # span_id -> SpanContext, main thread, innermost last
         self.procs: list = []  # the relay's reader
@@ -202,9 +202,9 @@ class _Capture:
             return
         _flush_python_streams()
         if span_context is None:
-            m = relay.encode_marker(self.prefix, relay.KIND_NONE)
+            m = markers.encode_marker(self.prefix, markers.KIND_NONE)
         else:
-            m = relay.encode_marker(self.prefix, relay.KIND_CONTEXT, span_context.trace_id,
+            m = markers.encode_marker(self.prefix, markers.KIND_CONTEXT, span_context.trace_id,
                                     span_context.span_id, int(span_context.trace_flags))
         for s in self.streams:
             try:
@@ -221,13 +221,13 @@ class _Capture:
                 return
             self.stopped = True
         _flush_python_streams()
-        m = relay.encode_marker(self.prefix, relay.KIND_EXIT)
+        m = markers.encode_marker(self.prefix, markers.KIND_EXIT)
         for s in self.streams:
             try:
                 os.write(s.write, m)
             except OSError:
                 pass
-        counters = _read_ack(self.ack, relay.CONTROL_S + READY_S)
+        counters = _read_ack(self.ack, markers.CONTROL_S + READY_S)
         if counters is None:
             stats.incr("console.exit_timeouts")
         else:
@@ -361,7 +361,7 @@ def _marks_now():
             token, d1, i1, d2, i2 = raw.split(":") if raw else (None,) * 5
             if token:
                 ids = {fd: (int(d), int(i)) for fd, d, i in ((1, d1, i1), (2, d2, i2)) if d != "-"}
-                parsed = (relay.marker_prefix(token), ids)
+                parsed = (markers.marker_prefix(token), ids)
         except ValueError:
             parsed = None
         _marks[:] = [raw, parsed]
@@ -380,7 +380,7 @@ def logged(record, logger) -> str | None:
     import logging
     import zlib
 
-    from evlog.builders.console_parse import render
+    from evlog.wire.console_render import render
 
     prefix, ids = marks
     marked = set()
@@ -399,7 +399,7 @@ def logged(record, logger) -> str | None:
         _flush_python_streams()
         try:
             stream.flush()
-            os.write(fd, relay.encode_logged(prefix, zlib.crc32(first.encode("utf-8", "surrogatepass")), len(lines)))
+            os.write(fd, markers.encode_logged(prefix, zlib.crc32(first.encode("utf-8", "surrogatepass")), len(lines)))
             marked.add(fd)
         except (OSError, ValueError):
             pass
@@ -515,16 +515,24 @@ def _read_ack(fd: int, timeout_s: float) -> dict | None:
 
 def _relay_code() -> str:
     """console_relay's cached bytecode if it is at least as new as its source, else the source."""
-    source, cached = relay.__file__, getattr(relay, "__cached__", None)
+    import importlib.util
+
+    spec = importlib.util.find_spec("evlog.relay.console_relay")  # its files, not the module: it runs elsewhere
+    source, cached = spec.origin, spec.cached
     try:
         if cached and os.stat(cached).st_mtime >= os.stat(source).st_mtime:
             with open(cached, "rb") as fh:
                 head = fh.read(16)
-            import importlib.util
-
             if head[:4] == importlib.util.MAGIC_NUMBER:
                 return cached
     except OSError:
+        pass
+    try:  # no fresh bytecode (nothing imports the relay's module): make it once, where Python would
+        import py_compile
+
+        if cached and py_compile.compile(source, cfile=cached, doraise=True):
+            return cached
+    except Exception:  # a read-only install: the relay compiles its source each time
         pass
     return source
 

@@ -98,9 +98,9 @@ def emit(event_name: str, topic_attribute: str, topic: str, msg: Any, attributes
     if _logger is None:
         from opentelemetry._logs import get_logger
 
-        from evlog.bridge.convert import body
+        from evlog.observed.bridge.convert import body
 
-        _logger, _body = get_logger("evlog.observed.events"), body
+        _logger, _body = get_logger("evlog.events"), body
     attrs = {topic_attribute: str(topic)}
     if attributes:
         attrs.update(attributes)

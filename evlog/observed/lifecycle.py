@@ -32,6 +32,12 @@ _term_pending = False  # SIGTERM arrived while finish() was running: die by it o
 _lock = threading.RLock()  # re-entered by the SIGTERM handler when the signal lands inside finish()
 _real_exit = os._exit
 _exit_by = [float("inf")]  # monotonic time by which finish() must be done (a host's own shutdown timeout)
+_providers = [list]  # -> the SDK providers to flush and shut down (observed/sdk.py names its own: providers_from)
+
+
+def providers_from(fn) -> None:
+    """``fn() -> [providers]``: what flush() and the exit flush (observed/sdk.py's, once it is set up)."""
+    _providers[0] = fn
 
 
 def exit_by(deadline: float) -> None:
@@ -52,9 +58,7 @@ def after_flush(fn) -> None:
 
 def flush(timeout_s: float = EXIT_TIMEOUT) -> bool:
     """Force-flush all providers now, bounded; True if everything was flushed in time."""
-    from evlog.observed import sdk
-
-    provs = sdk.providers()
+    provs = _providers[0]()
     if not provs:
         return True
     deadline = time.monotonic() + timeout_s
@@ -107,10 +111,8 @@ def _run_hooks(hooks: list, name: str) -> None:
 
 
 def _shutdown(timeout_s: float) -> None:
-    from evlog.observed import sdk
-
     def run():
-        for p in sdk.providers():
+        for p in _providers[0]():
             try:
                 p.shutdown()
             except Exception:

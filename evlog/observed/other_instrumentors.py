@@ -101,7 +101,7 @@ def activate(settings) -> None:
         entries = json.loads(raw)
     except ValueError:
         return
-    from evlog.observed.boot import when_imported
+    from evlog.observed.import_hooks import when_imported
 
     for name, target, modules in entries:
         if not settings.instrumentation_enabled(name):

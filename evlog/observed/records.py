@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import marshal
 import os
-import struct
 import threading
 from collections import deque
 
 from evlog import stats
 from evlog import notices
 from evlog.wire import endpoint as _exporter
+from evlog.wire.frames import HEADER as _HEADER  # frame bytes, records in it
 
 INTERVAL = 0.5  # seconds between shipments
 BUSY = 8192  # records in one shipment past which the next comes sooner (INTERVAL / 5)
@@ -32,7 +32,6 @@ FRAME_ITEMS = 4096  # records per frame: a bound on the time one marshal.dumps h
 SEND_SLICE = 0.2  # seconds a shipment waits for room in the socket; what does not fit waits for the next
 EXIT_WAIT = 5.0  # seconds exit waits for the exporter process to take what is still unsent
 MAX_UNSENT = 64 << 20  # bytes held for a slow exporter process before the oldest frames are dropped (counted)
-_HEADER = struct.Struct("<II")  # frame bytes, records in it
 
 
 class _Source:
@@ -208,9 +207,9 @@ class Channel:
 
     def _hello(self):
         """This process's resource (and the run's settings), when they changed since the last frame."""
-        from evlog.observed import sdk
+        from evlog.observed import resource
 
-        res = sdk.resource_attributes()
+        res = resource.attributes()
         if res == self._resource_sent:
             return None
         self._resource_sent = res

@@ -56,9 +56,9 @@ def prepare(settings, environ, service: str):
 
     for p in settings.problems:
         notices.warn_once(f"config-{p}", p)
-    from evlog.exporter import select
+    from evlog import destinations
 
-    for p in select.unknown_exporters(settings):  # the run's exporter process, which builds them, is quiet then
+    for p in destinations.unknown_exporters(settings):  # the run's exporter process, which builds them, is quiet then
         notices.warn_once(f"config-{p}", p)
     environ["EVLOG_CONFIG_REPORTED"] = "1"
     environ["EVLOG_PREPARED"] = "1"
@@ -92,12 +92,12 @@ def write_info(settings, path: str | None) -> None:
     """The run's description for the launcher's summary, as the stats file's info line."""
     if not path:
         return
-    from evlog.exporter import select
+    from evlog import destinations
 
     info = {
         "info": True,
         "summary": settings.summary and not settings.sdk_disabled,
-        "where": select.describe(settings),
+        "where": destinations.describe(settings),
         "run_dir": settings.run_dir if settings.exporters.run_folder else None,
     }
     stats.append_line(path, info)

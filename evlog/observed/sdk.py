@@ -21,86 +21,21 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 from evlog import stats
 from evlog import notices
 
 from evlog.observed import forkguard
+from evlog.observed import lifecycle
+from evlog.observed import resource as _resource_attrs
+
+service_name = _resource_attrs.service_name
+process_attributes = _resource_attrs.process_attributes
+resource_attributes = _resource_attrs.attributes
 
 _providers: list = []  # the (traces, logs, metrics) Lazy*Providers of this process, for flush and resource updates
-_attrs: dict = {}  # this process's resource attributes: evlog's, the user's over them, then update_resource()'s
-_lock = threading.RLock()  # held while a provider is built (re-entered when one build needs another)
+_lock = _resource_attrs.lock  # held while a provider is built (re-entered when one build needs another)
 forkguard.hold(_lock)  # a fork waits for a build: half-imported SDK modules would stay broken in the child
-def service_name() -> str:
-    name = os.environ.get("EVLOG_SERVICE_NAME")
-    if name:
-        return name
-    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
-    base = os.path.basename(argv0)
-    if base in ("", "-c", "-"):
-        return "python"
-    return base[:-3] if base.endswith(".py") else base
-
-
-def process_attributes() -> dict:
-    b = bytearray(os.urandom(16))  # a random (version 4) UUID, as uuid.uuid4().hex, without importing uuid
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    return {
-        "process.pid": os.getpid(),
-        "process.parent_pid": os.getppid(),
-        "service.instance.id": b.hex(),
-    }
-
-
-def _host_name() -> str:
-    try:
-        return os.uname().nodename
-    except AttributeError:  # not POSIX
-        import socket
-
-        return socket.gethostname()
-
-
-def _user_attributes() -> dict:
-    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read as the SDK's OTELResourceDetector reads them."""
-    out = {}
-    raw = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
-    if raw:
-        from urllib.parse import unquote
-
-        for item in raw.split(","):
-            key, eq, value = item.partition("=")
-            if not eq:
-                notices.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES: {item!r} is not key=value; ignoring it")
-                continue
-            out[key.strip()] = unquote(value.strip())
-    if os.environ.get("OTEL_SERVICE_NAME"):
-        out["service.name"] = os.environ["OTEL_SERVICE_NAME"]
-    return out
-
-
-def resource_attributes() -> dict:
-    """This process's resource attributes (a copy): what every provider it builds carries."""
-    if not _attrs:
-        _attrs.update({
-            "telemetry.sdk.language": "python",
-            "telemetry.sdk.name": "opentelemetry",
-            "telemetry.distro.name": "evlog",
-            "service.name": service_name(),
-            "host.name": _host_name(),
-            "process.runtime.name": sys.implementation.name,
-            "process.executable.name": os.path.basename(sys.executable or "python"),
-            **process_attributes(),
-        })
-        run_id = os.environ.get("EVLOG_RUN_ID")
-        if run_id:
-            _attrs["evlog.observed.run.id"] = run_id
-        _attrs.update(_user_attributes())
-    return dict(_attrs)
-
-
 def build_resource():
     return export_resource()
 
@@ -300,7 +235,7 @@ def setup(settings) -> bool:
         return False
     resource_attributes()
     _providers[:] = [LazyTracerProvider(settings), LazyLoggerProvider(settings), LazyMeterProvider(settings)]
-    from evlog.observed.boot import when_imported
+    from evlog.observed.import_hooks import when_imported
 
     for module in API:
         when_imported(module, _set_global)
@@ -312,6 +247,9 @@ def setup(settings) -> bool:
 def providers() -> list:
     """This process's (traces, logs, metrics) providers: the OTel globals evlog set (built on first use)."""
     return list(_providers)
+
+
+lifecycle.providers_from(providers)
 
 
 def when_built(signal: str, fn) -> bool:
@@ -332,8 +270,7 @@ def update_resource(attrs: dict) -> None:
         return
     attrs = {k: v for k, v in attrs.items() if v is not None}
     with _lock:  # not while a provider is being built from the attributes before this update
-        resource_attributes()
-        _attrs.update(attrs)  # for the providers built later, and for what is exported from now on
+        _resource_attrs.add(attrs)  # for the providers built later, and for what is exported from now on
         _resource = None
 
 

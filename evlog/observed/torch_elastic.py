@@ -29,7 +29,7 @@ import threading
 import wrapt
 
 from evlog import notices
-from evlog.bridge import otel
+from evlog.observed.bridge import otel
 
 SCOPE = "evlog.torch_elastic"
 EVENT_TYPE = "torchelastic"
@@ -228,7 +228,7 @@ def _hostname() -> str:
 
 # ---- metrics ----
 
-_metrics = None  # evlog.bridge.metrics.TorchMetrics on evlog's meter, made on first use
+_metrics = None  # evlog.observed.bridge.metrics.TorchMetrics on evlog's meter, made on first use
 
 
 def _add_value(wrapped, instance, args, kwargs):
@@ -237,7 +237,7 @@ def _add_value(wrapped, instance, args, kwargs):
         if _metrics is None:
             from opentelemetry import metrics
 
-            from evlog.bridge.metrics import SCOPE as METER, TorchMetrics
+            from evlog.observed.bridge.metrics import SCOPE as METER, TorchMetrics
 
             _metrics = TorchMetrics(metrics.get_meter(METER))
         _metrics(instance.group_name, *_point(*args, **kwargs))

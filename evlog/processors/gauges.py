@@ -29,7 +29,7 @@ def register(source, names, meter_provider=None) -> list:
     from opentelemetry import metrics
 
     provider = meter_provider or metrics.get_meter_provider()
-    from evlog import __version__
+    from evlog.version import __version__
 
     meter = provider.get_meter("evlog.consumers", __version__)
     out = []

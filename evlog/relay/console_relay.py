@@ -1,5 +1,5 @@
-"""The console relay: a reader passing the program's output through, and the ``console`` builder
-making it telemetry in the run's exporter process.
+"""The console relay's reader: a process beside the program, passing its output through and on to the
+run's exporter process (whose ``console`` builder, evlog/builders/console.py, makes it telemetry).
 
 console.install() points the program's stdout and stderr at pipes (or pseudo-terminals) and starts
 this file with ``python -S`` (no evlog set-up of its own) as the reader. It holds the read ends and
@@ -13,12 +13,9 @@ pipe. The exporter process reads at once into its backlog (memory, then a spool 
 waits there until the builder and the exporters catch up, and nothing is dropped short of the spool
 limit. The reader connects with the first output: a program that prints nothing starts nothing.
 
-In the exporter process, ``ConsoleLogs`` (the builder of kind ``console``) feeds the bytes to the
-line parser and makes log records with the SDK's public types (ReadableLogRecord, for the exporter
-process's logs pipeline) and metadata gauges (a MeterProvider of its own). Telemetry carries the
-program's resource (its process.pid and service.instance.id), so the relay is invisible in the data.
 Nothing per line runs in the program's own process, and lines written just before os._exit or
-SIGKILL still arrive (the reader reads until end of file).
+SIGKILL still arrive (the reader reads until end of file). Its telemetry carries the program's
+resource, so the relay is invisible in the data.
 
 The program marks its span changes and its exit in the byte streams themselves (APC escape
 sequences carrying a per-run token, see ``encode_marker``), so each line gets the trace context
@@ -26,12 +23,7 @@ that was current when it was written, and "everything up to my exit" is exact: t
 all to the exporter process before it acknowledges the exit. The relay strips the markers before
 passing the bytes on.
 
-Records of kind ``console`` (tuples of atoms; ``stream`` indexes ``meta["streams"]``; ``offset`` and
-``lines`` are the stream's bytes and newlines before, dropped ones included, so the builder sees gaps):
-    ("d", stream, context, time_ns, data, offset, lines, at_line_start)   output (context: 50 hex or None)
-    ("e", stream, offset, lines, at_line_start)                          the stream's end
-    ("x",)                                                               the program's exit
-    ("l", stream, payload)                       the lines that follow were logged (console.logged)
+Records and markers: evlog/wire/console.py; frames: evlog/wire/frames.py.
 """
 from __future__ import annotations
 
@@ -40,104 +32,17 @@ import os
 import select
 import time
 
-import _struct  # not struct, collections or socket: the reader starts fast under python -S
 
-# The reader runs this file with ``python -S`` and starts reading at once; the builder (in the
-# exporter process) imports the parser, the redactor and evlog's helpers (``_load``).
-cp = _report = stats = None
+# The reader runs this file with ``python -S`` and starts reading at once: the wire modules are
+# standard library only (and evlog/__init__.py imports nothing at its top).
+from evlog.wire.console import (CONTROL_S, KIND, KIND_CONTEXT, KIND_EXIT, KIND_LOGGED, MarkerSplitter,
+                                marker_prefix)
+from evlog.wire.frames import HEADER as _HEADER
 
 READ_SIZE = 1 << 18
 COALESCE_S = 0.001  # output streaming in: wait this long before each read, to take more at once
 FRAME = 1 << 16  # bytes of output per frame to the exporter process (the builder's unit of work)
 MAX_UNSENT = 256 << 20  # bytes of frames the reader holds for a slow exporter process before it drops
-CONTROL_S = 5.0  # how long the reader waits to hand over the output at the program's exit, and at the end
-IDLE_S = 1.0  # repeat notices are emitted after this long without output
-KIND = "console"
-MAX_GAUGES = 100
-KIND_CONTEXT, KIND_NONE, KIND_EXIT, KIND_LOGGED = b"c", b"n", b"x", b"l"
-_KINDS = (KIND_CONTEXT, KIND_NONE, KIND_EXIT, KIND_LOGGED)
-_HEADER = _struct.Struct("<II")  # evlog.observed.records' frame header: frame bytes, records (here: lines) in it
-# Attribute names of console records (docs/conventions.md); tests, benchmarks and readers import them.
-ATTR_IOSTREAM = "log.iostream"  # "stdout" or "stderr": OpenTelemetry's semantic convention
-ATTR_REPEATED = "evlog.console.repeated"
-ATTR_DROPPED = "evlog.console.dropped"
-_PAYLOAD = 50
-_END = b"\x1b\\"
-
-
-# -- markers: the program -> relay protocol inside the byte streams --------------------------------
-
-def marker_prefix(token: str) -> bytes:
-    return b"\x1b_evlog:" + token.encode("ascii") + b":"
-
-
-def encode_marker(prefix: bytes, kind: bytes, trace_id: int = 0, span_id: int = 0, flags: int = 0) -> bytes:
-    """One marker: a fixed-length APC sequence (terminals ignore APC, and the relay removes it)."""
-    payload = f"{trace_id:032x}{span_id:016x}{flags:02x}" if kind == KIND_CONTEXT else "0" * _PAYLOAD
-    return prefix + kind + payload.encode("ascii") + _END
-
-
-def encode_logged(prefix: bytes, first_crc: int, lines: int) -> bytes:
-    """The marker before a logging record's text: the CRC-32 of its first line (as the parser renders
-    it) and its number of lines; the console's builder drops those lines (the record is exported)."""
-    return prefix + KIND_LOGGED + f"{first_crc & 0xFFFFFFFF:08x}{min(lines, 0xFFFF):04x}".ljust(_PAYLOAD, "0").encode() + _END
-
-
-def decode_logged(payload: bytes) -> tuple[int, int]:
-    return int(payload[:8], 16), int(payload[8:12], 16)
-
-
-class MarkerSplitter:
-    """Bytes in; data pieces (bytes) and markers ((kind, payload)) out, in order.
-
-    A marker is written in one write(), so a read can end inside one only if more is already
-    readable; a tail that could begin a marker is held back (``held``) until the caller has
-    checked that, then either completed by the next read or given back by ``release()``.
-    """
-
-    def __init__(self, prefix: bytes):
-        self.prefix = prefix
-        self.size = len(prefix) + 1 + _PAYLOAD + len(_END)
-        self.held = b""
-
-    def feed(self, data: bytes) -> list:
-        buf = self.held + data if self.held else data
-        self.held = b""
-        out: list = []
-        pos = 0
-        prefix, size = self.prefix, self.size
-        while True:
-            i = buf.find(prefix, pos)
-            if i < 0:
-                break
-            if i + size > len(buf):
-                if i > pos:
-                    out.append(buf[pos:i])
-                self.held = buf[i:]
-                return out
-            kind = buf[i + len(prefix): i + len(prefix) + 1]
-            if buf[i + size - len(_END): i + size] != _END or kind not in _KINDS:
-                if i + 1 > pos:
-                    out.append(buf[pos:i + 1])
-                pos = i + 1
-                continue
-            if i > pos:
-                out.append(buf[pos:i])
-            out.append((kind, buf[i + len(prefix) + 1: i + size - len(_END)]))
-            pos = i + size
-        tail = len(buf) - pos
-        j = buf.rfind(b"\x1b", max(pos, len(buf) - len(prefix) + 1))
-        if j >= 0 and prefix.startswith(buf[j:]):
-            if j > pos:
-                out.append(buf[pos:j])
-            self.held = buf[j:]
-        elif tail:
-            out.append(buf[pos:] if pos else buf)
-        return out
-
-    def release(self) -> bytes:
-        held, self.held = self.held, b""
-        return held
 
 
 # -- the reader process -------------------------------------------------------------------------
@@ -461,202 +366,11 @@ class Reader:
             pass
 
 
-# -- the builder, in the exporter process ---------------------------------------------------------
-
-class ConsoleLogs:
-    """The ``console`` builder: one program's output -> log records for the exporter process's logs
-    pipeline (``logs.add``), and metadata gauges. ``feed`` returns no spans."""
-
-    def __init__(self, meta, resource, logs, metrics=None):
-        _load()
-        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-
-        meta = meta or {}
-        self.names = list(meta.get("streams") or ("stdout", "stderr"))
-        mode = meta.get("mode") if meta.get("mode") in cp.MODES else "metadata"
-        self.parser = cp.ConsoleParser(mode, _redactor(meta.get("redact") or ()))
-        self.resource = resource  # the program's Resource, from its hello
-        self.logs = logs
-        self.metrics = metrics  # the metrics pipeline, for the metadata gauges
-        self.scope = InstrumentationScope("evlog.console")
-        self.seen: dict = {}  # stream index -> (bytes, newlines) parsed so far
-        self.last = 0.0  # monotonic time of the last output
-        self.idle = True  # pending repeat notices were flushed since
-        self.gauges = None
-        self._contexts: dict = {}
-        self._attrs = [{ATTR_IOSTREAM: name} for name in self.names]
-
-    def feed(self, records, now: float, final: bool = False) -> list:
-        out: list = []
-        parser = self.parser
-        for r in records:
-            kind = r[0]
-            if kind == "d":
-                _, i, ctx, t, data, offset, lines, at_start = r
-                self._gap(i, offset, lines, at_start)
-                self.seen[i] = (offset + len(data), lines + data.count(b"\n"))
-                self._emit(parser.feed(self.names[i], data), i, ctx, t, out)
-                self.last, self.idle = now, False
-            elif kind == "e":
-                _, i, offset, lines, at_start = r
-                self._gap(i, offset, lines, at_start)
-                self._emit(parser.close(self.names[i]), i, None, time.time_ns(), out)
-            elif kind == "x":
-                self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
-            elif kind == "l":
-                parser.expect(self.names[r[1]], *decode_logged(r[2]))
-        if final:
-            self._emit(parser.flush(partial=True), 0, None, time.time_ns(), out)
-            if self.gauges is not None:
-                self.gauges.shutdown()
-        elif not self.idle and now - self.last >= IDLE_S:
-            self._emit(parser.flush(), 0, None, time.time_ns(), out)  # pending repeat notices
-            self.idle = True
-        if out:
-            self.logs.add(out)
-        return []
-
-    def _gap(self, i: int, offset: int, lines: int, at_start: bool) -> None:
-        """Bytes of stream ``i`` before ``offset`` that never came (dropped on the way) are reported."""
-        seen_bytes, seen_lines = self.seen.get(i, (0, 0))
-        if offset > seen_bytes:
-            self.parser.discard(self.names[i], lines - seen_lines, not at_start)
-            self.seen[i] = (offset, lines)
-
-    def _emit(self, records: list, i: int, ctx_hex, t: int, out: list) -> None:
-        if not records:
-            return
-        from opentelemetry._logs import LogRecord
-        from opentelemetry.sdk._logs import ReadableLogRecord
-
-        resource, scope, ctx = self.resource(), self.scope, self._context(ctx_hex)
-        disabled = self.parser.mode == "disabled"  # notices are counted, but nothing of the console is exported
-        observed = time.time_ns()
-        for r in records:
-            kind = r.kind
-            if kind == cp.WARNING:
-                _report.warn_once("console-command:" + r.body[:200], r.body)
-                continue
-            event = None
-            if kind == cp.TEXT:
-                attrs = self._attrs[self.names.index(r.stream)] if r.stream in self.names else {ATTR_IOSTREAM: r.stream}
-            elif kind == cp.METADATA or kind == cp.COMMAND:
-                attrs = {ATTR_IOSTREAM: r.stream}
-                event = "evlog.metadata" if kind == cp.METADATA else "evlog.console.command"
-                if kind == cp.METADATA:
-                    self._gauge(r.body)
-            elif kind == cp.REPEATED:
-                attrs = {ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count}
-            elif kind == cp.DROPPED:
-                if disabled:
-                    continue
-                attrs = {ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count}
-            else:
-                continue
-            out.append(ReadableLogRecord(LogRecord(timestamp=t, observed_timestamp=observed, context=ctx, body=r.body,
-                                                   attributes=attrs, event_name=event),
-                                         resource=resource, instrumentation_scope=scope))
-
-    def _context(self, ctx_hex):
-        if ctx_hex is None:
-            return None
-        ctx = self._contexts.get(ctx_hex)
-        if ctx is None:
-            from opentelemetry import trace
-
-            h = ctx_hex.decode("ascii")
-            sc = trace.SpanContext(int(h[:32], 16), int(h[32:48], 16), is_remote=False,
-                                   trace_flags=trace.TraceFlags(int(h[48:50], 16)))
-            ctx = trace.set_span_in_context(trace.NonRecordingSpan(sc))
-            if len(self._contexts) > 1000:
-                self._contexts.clear()
-            self._contexts[ctx_hex] = ctx
-        return ctx
-
-    def _gauge(self, body: dict) -> None:
-        try:
-            if self.gauges is None:
-                self.gauges = Gauges(self.resource(), self.metrics)
-            self.gauges.set(body)
-        except Exception as exc:
-            _report.warn_once("console-gauges-failed", f"console metadata gauges cannot be exported: {exc!r}")
-            self.gauges = _NoGauges()
-
-
-class _NoGauges:
-    def set(self, body) -> None:
-        pass
-
-    def shutdown(self) -> None:
-        pass
-
-
-class Gauges:
-    """``evlog.metadata.{key}`` gauges: the last value of each numeric metadata key, on a MeterProvider
-    with the program's resource, collected at the run's metric interval into the metrics pipeline."""
-
-    def __init__(self, resource, metrics):
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-        from evlog import config
-        from evlog.exporter.process import PipelineMetrics
-
-        n = config.get().sdk_numbers
-        reader = PeriodicExportingMetricReader(PipelineMetrics(metrics),
-                                               export_interval_millis=n["OTEL_METRIC_EXPORT_INTERVAL"],
-                                               export_timeout_millis=n["OTEL_METRIC_EXPORT_TIMEOUT"])
-        self.provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-        self.meter = self.provider.get_meter("evlog.console")
-        self.values: dict[str, float] = {}
-
-    def set(self, body: dict) -> None:
-        for key, value in cp.numeric_items(body):
-            name = metric_name(key)
-            if name not in self.values:
-                if len(self.values) >= MAX_GAUGES:
-                    stats.incr("console.gauges_dropped")
-                    _report.warn_once("console-gauges", f"console metadata has more than {MAX_GAUGES} numeric "
-                                      "keys; the others are kept in the evlog.metadata events only")
-                    continue
-                self.values[name] = float(value)
-                self.meter.create_observable_gauge(name, callbacks=[self._callback(name)],
-                                                   description="console metadata (evlog.metadata)")
-            self.values[name] = float(value)
-
-    def _callback(self, name: str):
-        from opentelemetry.metrics import Observation
-
-        def observe(_options):
-            return [Observation(self.values[name])]
-
-        return observe
-
-    def shutdown(self) -> None:
-        """The last values go out (bounded: the exporter process's exit time is limited)."""
-        _bounded(self.provider.shutdown, 1.0)
-
-
-def _load() -> None:
-    global cp, _report, stats
-    if cp is None:
-        from evlog import stats as stats_module
-        from evlog import notices as report_module
-        from evlog.builders import console_parse
-
-        _report, stats, cp = report_module, stats_module, console_parse
-
-
-def _redactor(patterns):
-    from evlog.builders.redact import Redactor
-
-    return Redactor(patterns)
-
-
 def _warn(key: str, message: str) -> None:
     try:
-        _load()
-        _report.warn_once(key, message)
+        from evlog import notices
+
+        notices.warn_once(key, message)
     except BaseException:
         os.write(2, f"evlog: {message}\n".encode("utf-8", "replace"))
 
@@ -677,20 +391,6 @@ def _write_stats_line(cfg: dict, counters: dict) -> None:
             os.close(fd)
     except OSError:
         pass
-
-
-def metric_name(key: str) -> str:
-    """``evlog.metadata.{key}``, with characters OTel does not allow in names replaced by '_'."""
-    safe = "".join(c if (c.isascii() and (c.isalnum() or c in "._-/")) else "_" for c in key)
-    return ("evlog.metadata." + safe)[:255]
-
-
-def _bounded(fn, timeout_s: float) -> None:
-    import threading
-
-    t = threading.Thread(target=fn, name="evlog-console-flush", daemon=True)
-    t.start()
-    t.join(timeout_s)
 
 
 # -- entry point --------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def load_folder(path: str) -> tuple[list, list, str]:
 
 def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
     """(spans, logs, source) of one run of an `evlog serve` database (see ``store_rows``): ``run`` (an
-    evlog.observed.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
+    evlog.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
     from evlog.viewer.store import Store, StoreError
 
     try:
@@ -54,7 +54,7 @@ def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
         runs = [r["run"] for r in store.runs()]
         if run is not None and run not in runs:
             known = ", ".join(repr(r) for r in runs[:10]) or "none"
-            raise ReportError(f"{store.path}: no run {run!r} (evlog.observed.run.id); it holds {known}")
+            raise ReportError(f"{store.path}: no run {run!r} (evlog.run.id); it holds {known}")
         if run is None and len(runs) > 1:
             run = runs[0]
             sys.stderr.write(f"evlog report: {store.path} holds {len(runs)} runs; this is the newest, {run!r} "
@@ -79,7 +79,7 @@ def store_rows(store) -> tuple[list, list]:
         spans.extend(otlp_decode.decode_proto("traces", body))
     run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
     if run is not None:
-        spans = [s for s in spans if str(s["resource"].get("evlog.observed.run.id", "")) == run]
+        spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
     for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
          scope) in conn.execute(
             "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "

@@ -322,7 +322,7 @@ class Store:
         return conn
 
     def runs(self) -> list[dict]:
-        """The runs stored (by resource attribute evlog.observed.run.id; '' for processes without one), newest
+        """The runs stored (by resource attribute evlog.run.id; '' for processes without one), newest
         first: their services, processes and time range."""
         procs: dict = {}
         for pid, run, service in self._q(f"SELECT id, {_RUN_OF}, service FROM processes"):
@@ -903,7 +903,7 @@ _EVERY = "((l.event_name != '' OR l.topic IS NOT NULL) AND l.event_name != 'evlo
 _GROUP = "coalesce(l.topic, l.event_name)"  # an event's group: its topic, else its event name
 # a process's run (processes table), as text whatever a resource carried (an exporter may send any value)
 # (a resource with values JSON cannot carry, NaN say, is stored as text json_extract refuses: no run id)
-_RUN_OF = ("coalesce(CASE WHEN json_valid(resource) THEN CAST(json_extract(resource, '$.\"evlog.observed.run.id\"') AS TEXT) "
+_RUN_OF = ("coalesce(CASE WHEN json_valid(resource) THEN CAST(json_extract(resource, '$.\"evlog.run.id\"') AS TEXT) "
            "END, '')")
 
 _LOG_SELECT = ("SELECT l.id, l.time, l.severity_text, l.event_name, l.topic, l.task_key, l.body, "

@@ -30,7 +30,7 @@ _tracer = None
 def _get_tracer():
     global _tracer
     if _tracer is None:
-        _tracer = trace.get_tracer(ds.SCOPE.name, ds.SCOPE.version)
+        _tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
     return _tracer
 
 

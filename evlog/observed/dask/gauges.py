@@ -25,10 +25,7 @@ _instruments: list = []
 _shown: set = set()  # prefixes sampled last time with tasks: sampled once more at zero when they end
 
 
-def _schedulers() -> list:
-    from evlog.observed.dask import scheduler as dask_scheduler
-
-    return [rec.scheduler for rec in list(dask_scheduler._live)]
+_schedulers = list  # -> the process's live Schedulers (install() is given the scheduler side's)
 
 
 def _memory(kind: str):
@@ -72,13 +69,15 @@ def _prefixes(options):
     return out
 
 
-def install() -> None:
-    """The gauges, once per process; they read the schedulers only when the metrics are exported."""
+def install(schedulers) -> None:
+    """The gauges, once per process; they read ``schedulers()`` only when the metrics are exported."""
+    global _schedulers
     if _instruments:
         return
+    _schedulers = schedulers
     from opentelemetry import metrics
 
-    meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
+    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     for kind in MEMORY:
         _instruments.append(meter.create_observable_gauge(
             f"dask.worker.memory.{kind}", [_memory(kind)], unit="By",

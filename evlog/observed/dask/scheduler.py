@@ -31,8 +31,8 @@ from evlog.observed import events
 from evlog.observed import records
 
 from evlog.observed.dask import context as dc
-from evlog.builders import dask_lives
-from evlog.builders import dask_shape
+from evlog.observed.dask import shape as dask_shape
+from evlog.wire import dask as wire
 from evlog.observed.dask import spans as ds
 
 _live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
@@ -61,7 +61,7 @@ class SchedulerRecorder(SchedulerPlugin):
             trace_tasks = config.get().dask_trace_tasks
         self.trace_tasks = trace_tasks  # tasks of one computation in one trace (dask_shape)
         self._tasks = scheduler.tasks
-        self._log = records.source(dask_lives.KIND, {"transitions": transitions}, self._shipped)
+        self._log = records.source(wire.TRANSITIONS, {"transitions": transitions}, self._shipped)
         self._append = self._log.append
         self._time = time.time
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
@@ -127,7 +127,7 @@ class SchedulerRecorder(SchedulerPlugin):
     def _group(self, client, need) -> str:
         from opentelemetry import context, trace
 
-        tracer = trace.get_tracer(ds.SCOPE.name, ds.SCOPE.version)
+        tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
         attrs = {"dask.task.key": str(need[0].key), "dask.task.count": len(need)}
         if client:
             attrs["dask.client.id"] = str(client)
@@ -263,7 +263,7 @@ def install_metrics() -> None:
         return
     from opentelemetry import metrics
 
-    meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
+    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _instruments.append(meter.create_observable_counter(
         "dask.scheduler.transitions", [_observe_transitions], unit="{transition}",
         description="scheduler task transitions, by start and finish state"))
@@ -273,4 +273,4 @@ def install_metrics() -> None:
         "dask.scheduler.workers", [_observe_workers], unit="{worker}", description="workers, by status"))
     from evlog.observed.dask import gauges as dask_gauges  # memory per worker and tasks per prefix, Dask's own figures (issue 30)
 
-    dask_gauges.install()
+    dask_gauges.install(lambda: [rec.scheduler for rec in list(_live)])

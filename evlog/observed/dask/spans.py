@@ -1,7 +1,7 @@
 """Ids and trace context shared by the Dask scheduler, worker and client sides (in observed processes).
 
-The spans themselves are built in the run's exporter process (dask_lives for the scheduler's task lives,
-dask_executions for the workers' executions and transfers); what is left here is what a process needs to
+The spans themselves are built in the run's exporter process (evlog/builders/dask_lives.py for the
+scheduler's task lives, dask_executions.py for the workers' executions and transfers); what is left here is what a process needs to
 make a task's span context before its span exists: the task's execute span is current while the task
 runs, and its ids travel in the records.
 """
@@ -11,11 +11,12 @@ import random
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from evlog.builders import dask_lives
+from evlog import tracecontext
+from evlog.version import __version__
+from evlog.wire import dask as _wire
 
-SCOPE = dask_lives.SCOPE
+SCOPE_NAME, VERSION = _wire.SCOPE_NAME, __version__  # the tracers' and meters' scope
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-UNSET = dask_lives.UNSET
 CARRIER = "evlog.traceparent"  # the task annotation that carries the trace context
 _getrandbits = random.getrandbits
 
@@ -42,7 +43,7 @@ def parse_traceparent(tp) -> SpanContext | None:
     """The remote parent SpanContext of a W3C traceparent string, cached (one per client call)."""
     sc = _parsed.get(tp)
     if sc is None:
-        sc = dask_lives.parse_traceparent(tp)
+        sc = tracecontext.parse_traceparent(tp)
         if sc is None:
             return None
         if len(_parsed) > 4096:
@@ -51,11 +52,8 @@ def parse_traceparent(tp) -> SpanContext | None:
     return sc
 
 
-def format_traceparent(sc: SpanContext) -> str:
-    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
-
-
-trace_of_group = dask_lives.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
+format_traceparent = tracecontext.format_traceparent
+trace_of_group = tracecontext.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
 
 
 def resource():

@@ -32,7 +32,7 @@ from evlog.observed import records
 from evlog.processors.registry import registry as _registry
 
 from evlog.observed.dask import context as dc
-from evlog.builders import dask_executions as dx
+from evlog.wire import dask as dx
 from evlog.observed.dask import spans as ds
 from evlog.observed.profiler import dask_enter as _profile_enter  # issue 31: the task profiler (which thread runs which span)
 from evlog.observed.profiler import leave as _profile_leave
@@ -104,7 +104,7 @@ class WorkerRecorder:
         self.address = None
         self.carriers = dc.WorkerCarriers(worker)
         self.originals: dict = {}
-        self._log = records.source(dx.KIND, convert=self._convert)
+        self._log = records.source(dx.WORKER, convert=self._convert)
         self._append = self._log.append
         self._names: dict = {}  # prefix -> execute span name
         self.begun: dict = {}  # key -> (ts, span context, parent, first startstop) while Worker.execute runs it
@@ -118,7 +118,7 @@ class WorkerRecorder:
         if self.address == worker.address:
             return
         self.address = worker.address
-        from evlog.observed.dask.instrumentor import roles
+        from evlog.observed.dask.roles import roles
 
         roles.add("worker", worker=worker)
         _instruments()
@@ -261,7 +261,7 @@ def _instruments() -> None:
         return
     from opentelemetry import metrics
 
-    meter = metrics.get_meter(ds.SCOPE.name, ds.SCOPE.version)
+    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _histogram.append(meter.create_histogram("dask.task.duration", unit="s",
                                              description="task execution time on workers, by prefix"))
     meter.create_observable_counter("dask.transfer.bytes", [_observe_transfer_bytes], unit="By",
@@ -461,7 +461,7 @@ EXIT_SHARE = 0.5  # of a nanny worker's close timeout, for its close and the exi
 def startup_information(worker) -> str:
     """Tells the scheduler this worker emits its own events (see dask_scheduler.relay_handlers); called
     when the worker registers, its address known: the recorder is set up then."""
-    from evlog import __version__
+    from evlog.version import __version__
 
     rec = _recorders.get(worker)
     if rec is not None:

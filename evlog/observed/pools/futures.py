@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.utils import unwrap
 
 from evlog import config
 from evlog import notices
-from evlog.observed.boot import when_imported
+from evlog.observed.import_hooks import when_imported
 
 from evlog.observed.pools import chunks as _chunks
 from evlog.observed.pools import context as _context

@@ -11,7 +11,7 @@ from typing import Any
 
 from evlog import notices
 
-from evlog.bridge.convert import body, key
+from evlog.observed.bridge.convert import body, key
 
 SCOPE = "evlog.bridge"
 TYPE_ATTR = "evlog.event_type"

@@ -1,0 +1,90 @@
+"""This process's resource attributes: evlog's, the user's (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME)
+over them, then what the process learns (sdk.update_resource: a Dask worker's address). The SDK's
+providers (observed/sdk.py) are built with them; the records channel (observed/records.py) sends them
+in each hello.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from evlog import notices
+
+_attrs: dict = {}
+lock = threading.RLock()  # also sdk's build lock: no update while a provider is built from them
+
+
+def service_name() -> str:
+    name = os.environ.get("EVLOG_SERVICE_NAME")
+    if name:
+        return name
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    base = os.path.basename(argv0)
+    if base in ("", "-c", "-"):
+        return "python"
+    return base[:-3] if base.endswith(".py") else base
+
+
+def process_attributes() -> dict:
+    b = bytearray(os.urandom(16))  # a random (version 4) UUID, as uuid.uuid4().hex, without importing uuid
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return {
+        "process.pid": os.getpid(),
+        "process.parent_pid": os.getppid(),
+        "service.instance.id": b.hex(),
+    }
+
+
+def _host_name() -> str:
+    try:
+        return os.uname().nodename
+    except AttributeError:  # not POSIX
+        import socket
+
+        return socket.gethostname()
+
+
+def _user_attributes() -> dict:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read as the SDK's OTELResourceDetector reads them."""
+    out = {}
+    raw = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    if raw:
+        from urllib.parse import unquote
+
+        for item in raw.split(","):
+            key, eq, value = item.partition("=")
+            if not eq:
+                notices.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES: {item!r} is not key=value; ignoring it")
+                continue
+            out[key.strip()] = unquote(value.strip())
+    if os.environ.get("OTEL_SERVICE_NAME"):
+        out["service.name"] = os.environ["OTEL_SERVICE_NAME"]
+    return out
+
+
+def attributes() -> dict:
+    """This process's resource attributes (a copy): what every provider it builds carries."""
+    if not _attrs:
+        _attrs.update({
+            "telemetry.sdk.language": "python",
+            "telemetry.sdk.name": "opentelemetry",
+            "telemetry.distro.name": "evlog",
+            "service.name": service_name(),
+            "host.name": _host_name(),
+            "process.runtime.name": sys.implementation.name,
+            "process.executable.name": os.path.basename(sys.executable or "python"),
+            **process_attributes(),
+        })
+        run_id = os.environ.get("EVLOG_RUN_ID")
+        if run_id:
+            _attrs["evlog.run.id"] = run_id
+        _attrs.update(_user_attributes())
+    return dict(_attrs)
+
+
+def add(attrs: dict) -> None:
+    with lock:
+        attributes()
+        _attrs.update(attrs)

@@ -1,0 +1,3 @@
+"""evlog's version: a module of its own, so that any layer can name it without importing the package's
+public API (evlog/__init__.py imports the observed side)."""
+__version__ = "0.1.0"

@@ -1,0 +1,27 @@
+"""The Dask recorders' records: what a scheduler and a worker write (evlog/observed/dask/) and the
+run's exporter process builds spans from (evlog/builders/dask_*.py). Standard library only.
+
+Kind ``dask.transition`` (TRANSITIONS), from the scheduler's SchedulerPlugin, one record per transition:
+``(key, start, finish, stimulus_id, time, extra, info)``:
+- extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
+  (text, traceback) or None, nbytes, suspicious, seconds of compute or None); else None;
+- info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
+A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``.
+A big computation's batch (evlog/observed/dask/shape.py) is a shape record
+``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch traceparent, client call's
+traceparent, group span id, prefix, group, batch index, batches in the group, tasks in the group,
+tasks in the batch)``.
+
+Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
+- an execution: ``(EXECUTE, key, prefix, trace_id, span_id, parent, start, stop, thread id, thread name,
+  error, startstops, address, top)``; parent: ``(trace_id, span_id, trace flags)`` of the client call's span,
+  or None; error: ``(text, traceback)`` or None; startstops: Dask's other startstops of that run,
+  ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
+  ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
+- a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
+"""
+TRANSITIONS = "dask.transition"  # the scheduler's records' kind
+WORKER = "dask.worker"  # a worker's records' kind
+EXECUTE, TRANSFER = 0, 1  # the first field of a worker's record
+SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
+SCOPE_NAME = "evlog.dask"  # the instrumentation scope of every Dask span, event and metric
