@@ -3,7 +3,7 @@
 evlog-instrument binds its socket before the program starts and spawns it at the first connection; a
 process set up without the launcher starts its own on first use (evlog.observed.records); both through
 evlog.wire.endpoint. Observed processes connect to its abstract Unix socket (EVLOG_EXPORTER) and
-send frames: a ``<II>`` header (bytes, records) and ``marshal`` of ``(hello, kind, meta, records)``
+send frames (evlog/wire/frames.py): a header (bytes, records) and ``marshal`` of ``(hello, kind, meta, records)``
 (evlog.observed.records). Here:
 - the reader (the main thread) only splits frames into the backlog (evlog/exporter/backlog.py: memory,
   then a spool file), so senders never wait for spans to be built or exported;
