@@ -1,12 +1,8 @@
 """Pool task records -> SDK spans (in the run's exporter process).
 
 A pool task's span (``futures.task {function}``, ``multiprocessing.task {function}`` and their chunk
-forms) is recorded in the process that ran it (_taskspan.TaskSpan.end) as one tuple of atoms:
-``(name, scope, trace_id, span_id, flags, tracestate, parent, start, end, attributes, events, links,
-status)`` with
-- parent: ``(trace_id, span_id, flags, is_remote)`` or None;
-- events: ``((name, attributes, time), ...)`` or None; links: ``((trace_id, span_id, flags,
-  attributes), ...)`` or None; status: ``(StatusCode value, description)`` or None (unset).
+forms) is recorded in the process that ran it (observed/pools/taskspan.py, ``TaskSpan.end``) as one
+tuple of atoms (its fields: evlog.wire.otel.PoolTask).
 Here it becomes a ``ReadableSpan`` with the process's resource (from its hello).
 """
 from __future__ import annotations
@@ -15,6 +11,7 @@ from opentelemetry.trace import SpanKind
 
 from evlog.version import __version__
 from evlog.wire import kinds
+from evlog.wire.otel import PoolTask as F
 from evlog.builders import sdk_rebuild
 
 KIND = kinds.POOL_TASK
@@ -26,5 +23,6 @@ class PoolSpans(sdk_rebuild.Spans):
     program's span records (sdk_rebuild.Spans) with the kind and scope version every pool task span has."""
 
     def feed(self, batch, now: float, final: bool = False) -> list:
-        return super().feed([(rec[0], _CONSUMER, (rec[1], __version__, None, None)) + tuple(rec[2:]) for rec in batch],
+        return super().feed([(rec[F.NAME], _CONSUMER, (rec[F.SCOPE_NAME], __version__, None, None)) + tuple(rec[F.TRACE_ID:])
+                            for rec in batch],
                             now, final)

@@ -1,7 +1,7 @@
 """The user's spans, log records and metrics, rebuilt in the run's exporter process from their records.
 
 The observed processes hand what their SDK providers make to evlog.observed.records as tuples of atoms
-(evlog/observed/sdk_records.py, whose docstring lists the fields). Here each becomes the SDK object an
+(evlog/observed/sdk_records.py; their fields are named in evlog/wire/otel.py). Here each becomes the SDK object an
 exporter takes, through the SDK's public constructors (ReadableSpan, ReadableLogRecord with the API's
 LogRecord, MetricsData and its parts), with the sending process's current resource (from its hello).
 Builders of the exporter process (``feed(records, now, final)``, see evlog/exporter/process.py): spans
@@ -73,7 +73,7 @@ class Spans:
         cache = self.cache
         out = []
         for (name, kind, scope, trace_id, span_id, flags, state, parent, start, end, attrs, events, links,
-             status) in batch:
+             status) in batch:  # the fields of evlog.wire.otel.Span, in order
             if parent is not None:
                 parent = SpanContext(parent[0], parent[1], parent[3], _flags(parent[2]))
             out.append(ReadableSpan(
@@ -119,7 +119,7 @@ class Logs:
         res = self.resource()
         cache = self.cache
         out = []
-        for (t, observed, trace_id, span_id, flags, sev_text, sev, body, attrs, event, scope) in batch:
+        for (t, observed, trace_id, span_id, flags, sev_text, sev, body, attrs, event, scope) in batch:  # wire.otel.Log
             record = LogRecord(timestamp=t, observed_timestamp=observed,
                                context=self._context(trace_id, span_id, flags) if trace_id else None,
                                severity_text=sev_text, severity_number=SeverityNumber(sev) if sev is not None else None,

@@ -11,21 +11,7 @@ with the SDK's public constructors (evlog.builders.sdk_rebuild) and exports them
 So this process encodes no OTLP, opens no connection, and has no queue that drops: the channel's own memory
 bound counts what it drops (``dropped.exporter_behind``), and the exporter process spools.
 
-Records (kinds ``otel.span``, ``otel.log``, ``otel.metrics``; a scope is ``(name, version, schema_url,
-attributes or None)``; trace ids, span ids and flags are ints):
-- span: ``(name, SpanKind value, scope, trace_id, span_id, flags, tracestate header, parent, start, end,
-  attributes, events, links, status)``; parent ``(trace_id, span_id, flags, is_remote)`` or None; events
-  ``((name, attributes, time), ...)`` or None; links ``((trace_id, span_id, flags, attributes), ...)`` or
-  None; status ``(StatusCode value, description)`` or None (unset);
-- log: ``(time, observed time, trace_id, span_id, flags, severity text, SeverityNumber value or None, body,
-  attributes, event name, scope)``;
-- metrics: ``(scopes, ...)``, each ``(scope, schema_url, metrics)``; a metric ``(name, description, unit,
-  data)`` with data one of ``("gauge", points)``, ``("sum", temporality, monotonic, points)``,
-  ``("histogram", temporality, points)``, ``("exponential", temporality, points)``; number points
-  ``(attributes, start, time, value, exemplars)``, histogram points ``(attributes, start, time, count,
-  sum, bucket counts, bounds, min, max, exemplars)``, exponential points ``(attributes, start, time,
-  count, sum, scale, zero count, (offset, counts), (offset, counts), flags, min, max, exemplars)``; an
-  exemplar ``(attributes, value, time, span_id, trace_id)``.
+Records: evlog/wire/otel.py (kinds ``otel.span``, ``otel.log``, ``otel.metrics``).
 The resource is not in the records: each process's hello carries it (its current one).
 """
 from __future__ import annotations

@@ -2,8 +2,8 @@
 run's exporter process (evlog.observed.records -> evlog/exporter/process.py). Standard library only, so that the
 observed side can name a kind without importing the builder (which imports the SDK).
 
-Each kind's record fields are described where its records are written: pool.task in
-observed/pools/taskspan.py (and its builder pool_spans.py), otel.* in observed/sdk_records.py.
+Each kind's record fields are named in evlog/wire: pool.task and otel.* in otel.py, dask.* in dask.py,
+console in console.py, profile in profile_records.py.
 """
 POOL_TASK = "pool.task"  # a pool task's span
 OTEL_SPAN = "otel.span"  # a span of the program's own SDK provider
