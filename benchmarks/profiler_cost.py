@@ -47,7 +47,7 @@ APP = textwrap.dedent('''
         return n
 
     def stats():
-        from evlog.observed.targets import profiler
+        from evlog.observed import profiler
         return profiler.stats()
 
     if __name__ == "__main__":

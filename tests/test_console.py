@@ -507,7 +507,7 @@ def test_configure_in_code_captures_until_uninstall(tmp_path):
     run_dir = tmp_path / "run"
     code = textwrap.dedent(f"""
         import os, sys, evlog
-        from evlog.observed.targets import console
+        from evlog.observed import console
         before = os.readlink("/proc/self/fd/1")
         evlog.configure(capture="enabled", run_dir={str(run_dir)!r}, consumers="none")
         during = os.readlink("/proc/self/fd/1")

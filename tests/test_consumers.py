@@ -136,7 +136,7 @@ METRICS_PROGRAM = r"""
 import json, os
 from opentelemetry import trace
 import evlog
-from evlog.bootstrap import lifecycle
+from evlog.observed import lifecycle
 
 tracer = trace.get_tracer("app")
 with tracer.start_as_current_span("dask.execute job"):
@@ -274,13 +274,13 @@ def test_bytesallocd_on_a_small_dask_graph_rises_then_falls_and_fetch_clears(das
 BYTES_PROGRAM = r"""
 import json, os, sys
 from distributed import Client, LocalCluster, wait
-from evlog.bootstrap import lifecycle
+from evlog.observed import lifecycle
 
 def alloc(i):
     return bytes(200_000)
 
 def flush():
-    from evlog.bootstrap import lifecycle
+    from evlog.observed import lifecycle
     return lifecycle.flush(10)
 
 if __name__ == "__main__":

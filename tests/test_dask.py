@@ -58,7 +58,7 @@ if __name__ == "__main__":
         wait(failed)
         client.log_event("client.topic", {"hello": 1})
         dask_story = [(t[1], t[2]) for t in cluster.scheduler.story("total") if t[0] == "total"]
-        from evlog.bootstrap import lifecycle
+        from evlog.observed import lifecycle
         lifecycle.flush(10)  # one metric collection while the workers are still there
         print(json.dumps({
             "result": result,
@@ -464,7 +464,8 @@ BREAK_HOOKS = r'''
 import wrapt
 
 def _break(module):
-    from evlog.observed.targets import dask_scheduler, dask_worker
+    from evlog.observed.dask import scheduler as dask_scheduler
+    from evlog.observed.dask import worker as dask_worker
 
     def fail(*args, **kwargs):
         raise RuntimeError("injected")
@@ -498,7 +499,7 @@ import evlog
 evlog.configure(run_dir=sys.argv[1], consumers="none")
 import distributed, distributed.worker
 from distributed import Client, LocalCluster
-from evlog.bootstrap import boot
+from evlog.observed import boot
 
 def inc(x):
     return x + 1

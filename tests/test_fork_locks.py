@@ -14,7 +14,8 @@ from helpers import PYTHON, evlog_env, run_instrumented
 
 FORK_WHILE_BUILDING = textwrap.dedent("""
     import concurrent.futures.thread, json, logging, os, sys, threading, time
-    from evlog.bootstrap import forkguard, sdk
+    from evlog.observed import forkguard
+    from evlog.observed import sdk
 
     forkguard.WAIT = float(sys.argv[1])
     holding = threading.Event()

@@ -427,7 +427,7 @@ UNINSTRUMENT_PROGRAM = r'''
 import concurrent.futures as cf, multiprocessing as mp, threading
 import multiprocessing.pool, multiprocessing.process
 import evlog
-from evlog.bootstrap import boot
+from evlog.observed import boot
 
 evlog.configure()
 before = {
@@ -887,7 +887,7 @@ def test_a_pool_map_of_200000_trivial_items_is_traced_whole_with_default_setting
 CHUNK_UNINSTRUMENT_PROGRAM = r'''
 import concurrent.futures.process as cfp, multiprocessing.pool as mpp, pickle
 import evlog
-from evlog.bootstrap import boot
+from evlog.observed import boot
 
 originals = {(cfp, "_process_chunk"): cfp._process_chunk, (mpp, "mapstar"): mpp.mapstar,
              (mpp, "starmapstar"): mpp.starmapstar}

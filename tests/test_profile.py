@@ -52,7 +52,7 @@ def threads():
     return sorted(t.name for t in threading.enumerate())
 
 def own_samples():
-    from evlog.observed.targets import profiler
+    from evlog.observed import profiler
     return profiler.stats().get("samples", 0)
 
 if __name__ == "__main__":
@@ -246,7 +246,7 @@ def test_process_pool_tasks_get_the_attribute_the_records_and_the_report(tmp_pat
 BACKOFF_APP = r'''
 import json, sys, time
 from concurrent.futures import ThreadPoolExecutor
-from evlog.observed.targets import profiler
+from evlog.observed import profiler
 
 def deep(n, until):
     if n:

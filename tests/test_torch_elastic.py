@@ -244,7 +244,7 @@ def test_uninstrument_restores_torch_and_instrument_patches_it_again(otlp_receiv
         import torch.distributed.elastic.agent.server.api as agent_api
         from torch.distributed.elastic import events, metrics
         from torch.distributed.elastic.metrics.api import MetricStream
-        from evlog.bootstrap import boot
+        from evlog.observed import boot
 
         inst = boot.active_instrumentors()["torch_elastic"]
         patched = (events.record, agent_api.record, MetricStream.add_value, agent_api.SimpleElasticAgent.run)

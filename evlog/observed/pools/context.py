@@ -281,7 +281,7 @@ def failed(span, exc: BaseException) -> None:
         record_failure(span, exc)
 
 
-_OWN_MODULES = (__name__, __name__.rpartition(".")[0] + "._chunks")  # frames a task's traceback leaves out
+_OWN_MODULES = (__name__, __name__.rpartition(".")[0] + ".chunks")  # frames a task's traceback leaves out
 
 
 def strip_own_frames(exc: BaseException) -> None:
