@@ -11,11 +11,12 @@ from opentelemetry.trace import SpanKind
 
 from evlog.version import __version__
 from evlog.wire import kinds
-from evlog.wire.otel import PoolTask as F
+from evlog.wire.otel import PoolTask
 from evlog.builders import sdk_rebuild
 
 KIND = kinds.POOL_TASK
 _CONSUMER = SpanKind.CONSUMER.value
+_NAME, _SCOPE_NAME, _REST = PoolTask.NAME.value, PoolTask.SCOPE_NAME.value, PoolTask.TRACE_ID.value  # plain ints: a hot loop
 
 
 class PoolSpans(sdk_rebuild.Spans):
@@ -23,6 +24,6 @@ class PoolSpans(sdk_rebuild.Spans):
     program's span records (sdk_rebuild.Spans) with the kind and scope version every pool task span has."""
 
     def feed(self, batch, now: float, final: bool = False) -> list:
-        return super().feed([(rec[F.NAME], _CONSUMER, (rec[F.SCOPE_NAME], __version__, None, None)) + tuple(rec[F.TRACE_ID:])
+        return super().feed([(rec[_NAME], _CONSUMER, (rec[_SCOPE_NAME], __version__, None, None)) + tuple(rec[_REST:])
                             for rec in batch],
                             now, final)
