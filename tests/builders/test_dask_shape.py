@@ -166,3 +166,14 @@ def test_batches_whose_tasks_never_got_a_span_make_no_span():
     assert Lives(lambda: RES).feed(records, 50.0, final=True) == []
     bad = [(None, SHAPE, None, None, T0, ("garbage", TP, 1, "inc", "inc-abc", 0, 1, 4, 4), None)]
     assert Lives(lambda: RES).feed(bad, 50.0, final=True) == []  # a malformed batch carrier is left out
+
+
+def test_compute_percentiles_are_by_nearest_rank():
+    tasks = graph("inc", 4)
+    carriers, records = split(tasks, TP, 3, T0)
+    recs = list(records)
+    for i, ts in enumerate(tasks):
+        recs += run(ts, carriers[ts], T0 + i, compute=0.25 * (i + 1))
+    [group] = [s for s in Lives(lambda: RES).feed(recs, 50.0, final=True) if s.name == "dask.group inc"]
+    compute = {k.rpartition(".")[2]: v for k, v in group.attributes.items() if k.startswith("dask.group.compute.")}
+    assert compute == {"count": 4, "sum": 2.5, "min": 0.25, "mean": 0.625, "p50": 0.5, "p95": 1.0, "max": 1.0}
