@@ -1,0 +1,220 @@
+"""evlog/builders/dask_lives.py: a scheduler's transition records -> ``dask.task {prefix}`` spans, no cluster.
+
+Records are written as evlog/observed/dask/scheduler.py's SchedulerRecorder writes them:
+``(key, start, finish, stimulus_id, time, extra, info)``, a worker removal ``(None, None, None, stimulus_id,
+time, worker, None)``. ``now`` is the exporter process's clock (time.monotonic), apart from the records' times.
+"""
+from __future__ import annotations
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.trace import SpanKind, StatusCode
+
+from evlog.builders.dask_lives import GRACE, Lives
+
+RES = Resource({"service.name": "app", "dask.role": "scheduler", "process.pid": 4242})
+TRACE = 0x0AF7651916CD43DD8448EB211C80319C
+CALL = 0xB7AD6B7169203331  # the client call's dask.compute span
+TP = f"00-{TRACE:032x}-{CALL:016x}-01"
+GROUP_SPAN = "5d1f6a0e-3c2b-4d5e-8f90-123456789abc"  # Dask's own span id of the task group (a uuid)
+W1, W2 = "tcp://127.0.0.1:40001", "tcp://127.0.0.1:40002"
+KEY = "inc-5d1f"
+T0 = 1000.0
+
+
+def info(prefix="inc", group="inc-5d1f", tp=TP, span=GROUP_SPAN):
+    return (prefix, group, span, tp)
+
+
+def ran(key=KEY, t=T0, worker=W1, tp=TP, deps=None, nbytes=28, suspicious=0, compute=0.25, group_span=GROUP_SPAN):
+    """A task's transitions from released to memory (at t, t+1, t+3) as the scheduler records them."""
+    return [(key, "released", "waiting", "update-graph-1", t, None, info(tp=tp, span=group_span)),
+            (key, "waiting", "processing", "update-graph-1", t + 1, worker, None),
+            (key, "processing", "memory", "task-finished-1", t + 3, (worker, deps, None, nbytes, suspicious, compute),
+             None)]
+
+
+def tasks(spans) -> list:
+    return [s for s in spans if s.name.startswith("dask.task ")]
+
+
+def transitions(span) -> list:
+    return [(e.name, dict(e.attributes), e.timestamp) for e in span.events]
+
+
+def ns(t: float) -> int:
+    return int(t * 1e9)
+
+
+def test_a_task_life_is_one_span_child_of_the_client_call_once_its_grace_is_over():
+    lives = Lives(lambda: RES)
+    assert tasks(lives.feed(ran(deps=("a-1", ("b", 2))), 50.0)) == []
+    assert tasks(lives.feed([], 50.0 + GRACE - 0.01)) == []  # its release may yet come
+    [span] = tasks(lives.feed([], 50.0 + GRACE))
+    assert span.name == "dask.task inc" and span.kind is SpanKind.INTERNAL
+    assert (span.parent.trace_id, span.parent.span_id, span.parent.is_remote) == (TRACE, CALL, True)
+    assert span.context.trace_id == TRACE and span.context.span_id not in (0, CALL)
+    assert span.context.trace_flags.sampled and not span.context.is_remote
+    assert (span.start_time, span.end_time) == (ns(T0), ns(T0 + 3))
+    assert dict(span.attributes) == {"dask.task.key": KEY, "dask.task.prefix": "inc", "dask.task.group": "inc-5d1f",
+                                     "dask.task.state": "memory", "dask.worker.address": W1, "dask.task.nbytes": 28,
+                                     "dask.task.dependencies": ("a-1", "('b', 2)")}
+    assert transitions(span) == [
+        ("transition", {"dask.transition.start": "released", "dask.transition.finish": "waiting",
+                        "dask.stimulus_id": "update-graph-1"}, ns(T0)),
+        ("transition", {"dask.transition.start": "waiting", "dask.transition.finish": "processing",
+                        "dask.worker.address": W1, "dask.stimulus_id": "update-graph-1"}, ns(T0 + 1)),
+        ("transition", {"dask.transition.start": "processing", "dask.transition.finish": "memory",
+                        "dask.worker.address": W1, "dask.stimulus_id": "task-finished-1"}, ns(T0 + 3))]
+    assert span.status.status_code is StatusCode.UNSET and span.links == ()
+    assert span.resource is RES
+    assert span.instrumentation_scope.name == "evlog.dask"
+    assert tasks(lives.feed([], 60.0, final=True)) == []  # out once
+
+
+def test_its_release_and_forget_join_the_span_which_goes_out_when_forgotten():
+    lives = Lives(lambda: RES)
+    batch = ran() + [(KEY, "memory", "released", "client-releases-keys-1", T0 + 4, None, None),
+                     (KEY, "released", "forgotten", "client-releases-keys-1", T0 + 4.5, None, None)]
+    [span] = tasks(lives.feed(batch, 50.0))  # forgotten: out at once, no grace to wait
+    assert span.end_time == ns(T0 + 3) and span.attributes["dask.task.state"] == "memory"
+    assert [(e.attributes["dask.transition.start"], e.attributes["dask.transition.finish"],
+             e.attributes.get("dask.worker.address")) for e in span.events][3:] == [
+        ("memory", "released", W1), ("released", "forgotten", None)]  # the worker it left; none after
+    assert tasks(lives.feed([], 60.0, final=True)) == []
+
+
+def test_a_result_released_after_its_span_went_out_costs_no_second_span():
+    lives = Lives(lambda: RES)
+    lives.feed(ran(), 50.0)
+    assert len(tasks(lives.feed([], 50.0 + GRACE))) == 1
+    later = [(KEY, "memory", "released", "client-releases-keys-2", T0 + 30, None, None),
+             (KEY, "released", "forgotten", "client-releases-keys-2", T0 + 31, None, None)]
+    assert tasks(lives.feed(later, 80.0)) == []
+    assert tasks(lives.feed([], 90.0, final=True)) == []
+
+
+def test_a_worker_lost_after_the_span_starts_a_new_life_that_names_it():
+    lives = Lives(lambda: RES)
+    lives.feed(ran(), 50.0)
+    [first] = tasks(lives.feed([], 50.0 + GRACE))
+    again = [(None, None, None, "handle-worker-cleanup-1", T0 + 10, W1, None),  # the scheduler removes W1
+             (KEY, "memory", "released", "handle-worker-cleanup-1", T0 + 10, None, None),
+             (KEY, "released", "waiting", "handle-worker-cleanup-1", T0 + 10.5, None, info()),
+             (KEY, "waiting", "processing", "update-1", T0 + 11, W2, None),
+             (KEY, "processing", "memory", "task-finished-2", T0 + 12, (W2, None, None, 28, 0, 0.5), None)]
+    assert tasks(lives.feed(again, 60.0)) == []
+    [second] = tasks(lives.feed([], 60.0 + GRACE))
+    assert second.name == "dask.task inc" and second.context.span_id != first.context.span_id
+    assert second.parent.span_id == CALL and second.context.trace_id == TRACE
+    assert (second.start_time, second.end_time) == (ns(T0 + 10), ns(T0 + 12))
+    assert list(second.attributes["dask.task.workers_lost"]) == [W1]
+    assert second.attributes["dask.worker.address"] == W2
+    assert [(e.attributes["dask.transition.start"], e.attributes.get("dask.worker.address"))
+            for e in second.events] == [("memory", W1), ("released", None), ("waiting", W2), ("processing", W2)]
+    assert "dask.task.workers_lost" not in first.attributes
+
+
+def test_a_task_that_runs_again_within_the_grace_gets_a_span_per_run():
+    lives = Lives(lambda: RES)
+    batch = ran() + [(KEY, "memory", "released", "worker-lost-1", T0 + 4, None, None),
+                     (KEY, "released", "waiting", "worker-lost-1", T0 + 5, None, info()),
+                     (KEY, "waiting", "processing", "update-2", T0 + 6, W2, None),
+                     (KEY, "processing", "memory", "task-finished-2", T0 + 8, (W2, None, None, 30, 1, 0.25), None)]
+    [first] = tasks(lives.feed(batch, 50.0))  # it ran again: the first life goes out at once
+    assert (first.start_time, first.end_time) == (ns(T0), ns(T0 + 3))
+    assert [e.attributes["dask.transition.finish"] for e in first.events] == ["waiting", "processing", "memory",
+                                                                              "released"]
+    [second] = tasks(lives.feed([], 50.0 + GRACE))
+    assert (second.start_time, second.end_time) == (ns(T0 + 5), ns(T0 + 8))
+    assert second.attributes["dask.worker.address"] == W2 and second.attributes["dask.task.nbytes"] == 30
+    assert second.attributes["dask.task.suspicious"] == 1 and "dask.task.suspicious" not in first.attributes
+
+
+def test_an_erred_task_has_status_error_and_an_exception_event():
+    lives = Lives(lambda: RES)
+    err = ("ZeroDivisionError: division by zero", 'Traceback (most recent call last):\n  File "app.py", line 3\n')
+    batch = ran()[:2] + [(KEY, "processing", "erred", "task-erred-1", T0 + 2, (W1, ("a-1",), err, None, 0, None),
+                          None)]
+    [span] = tasks(lives.feed(batch, 50.0, final=True))
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "ZeroDivisionError: division by zero"
+    assert span.attributes["dask.task.state"] == "erred" and "dask.task.nbytes" not in span.attributes
+    assert span.attributes["dask.task.dependencies"] == ("a-1",) and span.attributes["dask.worker.address"] == W1
+    exc = span.events[-1]
+    assert (exc.name, exc.timestamp) == ("exception", ns(T0 + 2)) and span.end_time == ns(T0 + 2)
+    assert dict(exc.attributes) == {"exception.message": err[0], "exception.stacktrace": err[1]}
+
+
+def test_an_erred_task_whose_error_text_is_unknown_says_erred():
+    lives = Lives(lambda: RES)
+    batch = ran()[:2] + [(KEY, "processing", "erred", "x", T0 + 2, (W1, None, None, None, 0, None), None)]
+    [span] = tasks(lives.feed(batch, 50.0, final=True))
+    assert span.status.description == "erred"
+    assert dict(span.events[-1].attributes) == {"exception.message": "erred"}
+
+
+def test_a_life_that_began_before_the_first_record_has_no_span_and_breaks_nothing():
+    """The recorder was added to a running scheduler: the task's released -> waiting (which carries its
+    names) was never seen, so no span can be named; the next task is built as usual."""
+    lives = Lives(lambda: RES)
+    late = [(KEY, "waiting", "processing", "s1", T0 + 1, W1, None),
+            (KEY, "processing", "memory", "s2", T0 + 3, (W1, None, None, 28, 0, 0.1), None)]
+    assert tasks(lives.feed(late, 50.0)) == []
+    assert tasks(lives.feed([], 60.0)) == []
+    [span] = tasks(lives.feed(ran(key="dec-1", t=T0 + 5), 70.0, final=True))
+    assert span.attributes["dask.task.key"] == "dec-1"
+
+
+def test_a_task_still_running_at_the_final_flush_goes_out_where_it_was():
+    lives = Lives(lambda: RES)
+    assert tasks(lives.feed(ran()[:2], 50.0)) == []
+    assert tasks(lives.feed([], 500.0)) == []  # not ended: no grace runs out
+    [span] = tasks(lives.feed([], 500.0, final=True))
+    assert span.attributes["dask.task.state"] == "processing"
+    assert (span.start_time, span.end_time) == (ns(T0), ns(T0 + 1))  # its last transition
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_without_a_carrier_tasks_of_one_dask_span_share_its_trace_and_have_no_parent():
+    lives = Lives(lambda: RES)
+    spans = tasks(lives.feed(ran(key="a-1", tp=None) + ran(key="a-2", tp=None), 50.0, final=True))
+    assert len(spans) == 2
+    assert {s.context.trace_id for s in spans} == {int(GROUP_SPAN.replace("-", ""), 16)}
+    assert all(s.parent is None for s in spans)
+    for group_span in (None, "not-hex"):  # a random trace, never an invalid one
+        [span] = tasks(Lives(lambda: RES).feed(ran(tp=None, group_span=group_span), 50.0, final=True))
+        assert span.context.trace_id != 0 and span.parent is None
+
+
+def test_a_malformed_carrier_is_no_parent_and_an_unsampled_one_no_span():
+    lives = Lives(lambda: RES)
+    [span] = tasks(lives.feed(ran(key="a-1", tp="00-zz-1-01"), 50.0, final=True))
+    assert span.parent is None and span.context.trace_id == int(GROUP_SPAN.replace("-", ""), 16)
+    unsampled = f"00-{TRACE:032x}-{CALL:016x}-00"
+    assert tasks(Lives(lambda: RES).feed(ran(key="a-2", tp=unsampled), 50.0, final=True)) == []
+    [span] = tasks(Lives(lambda: RES).feed(ran(key="a-3", tp=f"00-{0:032x}-{CALL:016x}-01"), 50.0, final=True))
+    assert span.parent is None and span.context.trace_id != 0  # an all-zero trace id is no parent
+
+
+def test_without_transition_events_a_span_keeps_its_exception_event_only():
+    lives = Lives(lambda: RES, transitions=False)
+    batch = ran(key="a-1") + ran(key="a-2")[:2] + [
+        ("a-2", "processing", "erred", "x", T0 + 2, (W1, None, ("E", ""), None, 0, None), None)]
+    spans = {s.attributes["dask.task.key"]: s for s in tasks(lives.feed(batch, 50.0, final=True))}
+    assert spans["a-1"].events == ()
+    assert [(e.name, dict(e.attributes)) for e in spans["a-2"].events] == [("exception", {"exception.message": "E"})]
+
+
+def test_a_key_that_is_not_a_string_is_named_by_its_str():
+    lives = Lives(lambda: RES)
+    [span] = tasks(lives.feed(ran(key=("inc-5d1f", 3)), 50.0, final=True))
+    assert span.attributes["dask.task.key"] == "('inc-5d1f', 3)" and span.name == "dask.task inc"
+
+
+def test_the_resource_is_the_processes_current_one_when_the_span_is_built():
+    current = [RES]
+    lives = Lives(lambda: current[0])
+    lives.feed(ran(key="a-1"), 50.0)
+    current[0] = Resource({"service.name": "app", "dask.role": "scheduler", "process.pid": 7})
+    [span] = tasks(lives.feed([], 50.0 + GRACE))
+    assert span.resource is current[0]
