@@ -71,7 +71,7 @@ def _copy(attributes) -> dict:
     return copy() if copy is not None else dict(attributes)
 
 
-class _Scopes:
+class Scopes:
     """InstrumentationScope -> its tuple, made once (marshal then writes a repeated one once per frame)."""
 
     def __init__(self):
@@ -89,7 +89,7 @@ class _Scopes:
         return made[1]
 
 
-def span_records(spans: list, scopes: _Scopes) -> list:
+def span_records(spans: list, scopes: Scopes) -> list:
     """Finished SDK spans -> span records (in the shipping thread)."""
     out = []
     for s in spans:
@@ -111,7 +111,7 @@ def span_records(spans: list, scopes: _Scopes) -> list:
     return out
 
 
-def log_records(logs: list, scopes: _Scopes) -> list:
+def log_records(logs: list, scopes: Scopes) -> list:
     """SDK log records (ReadWriteLogRecord) -> log records (in the shipping thread)."""
     out = []
     for r in logs:
@@ -151,7 +151,7 @@ def _data(data):
     raise TypeError(f"unknown metric data {kind}")
 
 
-def metrics_record(data, scopes: _Scopes) -> tuple | None:
+def metrics_record(data, scopes: Scopes) -> tuple | None:
     """One collection (MetricsData) -> one metrics record, or None when it holds no point."""
     out = []
     for rm in data.resource_metrics:
@@ -175,7 +175,7 @@ class _Appender:
 
     def __call__(self, item) -> None:
         if self._pid != os.getpid():
-            scopes, convert = _Scopes(), self.convert
+            scopes, convert = Scopes(), self.convert
             self._append = records.source(self.kind, convert=(lambda items: convert(items, scopes)) if convert else None).append
             self._pid = os.getpid()
         self._append(item)
@@ -219,7 +219,7 @@ class MetricRecords(MetricExporter):
     def __init__(self, **preferences):
         super().__init__(**preferences)
         self._append = _Appender(METRICS)
-        self._scopes = _Scopes()
+        self._scopes = Scopes()
 
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
         try:

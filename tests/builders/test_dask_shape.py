@@ -10,7 +10,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from evlog.builders.dask_lives import GRACE, Lives
-from evlog.builders.dask_shape import SHAPE, split
+from evlog.observed.dask.shape import split
+from evlog.wire.dask import SHAPE
 
 RES = Resource({"service.name": "app", "dask.role": "scheduler"})
 TRACE = 0x0AF7651916CD43DD8448EB211C80319C

@@ -70,7 +70,7 @@ def _spans() -> list:
 
 def test_spans_are_rebuilt_field_by_field():
     made = _spans()
-    records = carried(sdk_records.span_records(made, sdk_records._Scopes()))
+    records = carried(sdk_records.span_records(made, sdk_records.Scopes()))
     rebuilt = sdk_rebuild.Spans(lambda: RES).feed(records, 50.0)
     assert [s.name for s in rebuilt] == [s.name for s in made] == ["inner", "request", "send"]
     for a, b in zip(made, rebuilt):
@@ -101,7 +101,7 @@ def test_spans_are_rebuilt_field_by_field():
 
 def test_spans_encode_to_the_same_otlp_bytes():
     made = _spans()
-    rebuilt = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records(made, sdk_records._Scopes())), 0.0)
+    rebuilt = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records(made, sdk_records.Scopes())), 0.0)
     assert encode_spans(rebuilt).SerializeToString(deterministic=True) == \
         encode_spans(made).SerializeToString(deterministic=True)
 
@@ -109,7 +109,7 @@ def test_spans_encode_to_the_same_otlp_bytes():
 def test_the_resource_is_the_one_of_the_processes_hello_not_the_sdks():
     made = _spans()[:1]
     hello = Resource({"service.name": "app", "dask.role": "worker"})  # learnt after the provider was made
-    [span] = sdk_rebuild.Spans(lambda: hello).feed(carried(sdk_records.span_records(made, sdk_records._Scopes())), 0.0)
+    [span] = sdk_rebuild.Spans(lambda: hello).feed(carried(sdk_records.span_records(made, sdk_records.Scopes())), 0.0)
     assert span.resource is hello
 
 
@@ -136,7 +136,7 @@ def _limited() -> list:
 def test_a_span_over_the_sdks_limits_keeps_its_dropped_counts():
     over = next(s for s in _limited() if s.name == "over")
     assert (over.dropped_attributes, over.dropped_events, over.dropped_links) == (1, 1, 1)
-    [rebuilt] = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records([over], sdk_records._Scopes())), 0.0)
+    [rebuilt] = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records([over], sdk_records.Scopes())), 0.0)
     assert (rebuilt.dropped_attributes, rebuilt.dropped_events, rebuilt.dropped_links) == (1, 1, 1)
 
 
@@ -145,7 +145,7 @@ def test_a_span_over_the_sdks_limits_keeps_its_dropped_counts():
 def test_a_link_to_a_local_span_stays_local():
     linked = next(s for s in _limited() if s.name == "linked")
     assert not linked.links[0].context.is_remote
-    [rebuilt] = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records([linked], sdk_records._Scopes())),
+    [rebuilt] = sdk_rebuild.Spans(lambda: RES).feed(carried(sdk_records.span_records([linked], sdk_records.Scopes())),
                                                     0.0)
     assert not rebuilt.links[0].context.is_remote
 
@@ -183,7 +183,7 @@ def _logs() -> list:
 
 def test_log_records_are_rebuilt_field_by_field():
     made = _logs()
-    records = carried(sdk_records.log_records(made, sdk_records._Scopes()))
+    records = carried(sdk_records.log_records(made, sdk_records.Scopes()))
     sink = Collected()
     assert sdk_rebuild.Logs(lambda: RES, sink).feed(records, 50.0) == []  # they go to the logs pipeline
     assert len(sink) == 3
@@ -209,7 +209,7 @@ def test_log_records_are_rebuilt_field_by_field():
 def test_log_records_encode_to_the_same_otlp_bytes():
     made = _logs()
     sink = Collected()
-    sdk_rebuild.Logs(lambda: RES, sink).feed(carried(sdk_records.log_records(made, sdk_records._Scopes())), 0.0)
+    sdk_rebuild.Logs(lambda: RES, sink).feed(carried(sdk_records.log_records(made, sdk_records.Scopes())), 0.0)
     assert encode_logs(sink).SerializeToString(deterministic=True) == \
         encode_logs(made).SerializeToString(deterministic=True)
 
@@ -226,7 +226,7 @@ def test_a_log_record_over_the_sdks_limits_keeps_its_dropped_count():
     [made] = emitted.records
     assert made.dropped_attributes == 1
     sink = Collected()
-    sdk_rebuild.Logs(lambda: RES, sink).feed(carried(sdk_records.log_records([made], sdk_records._Scopes())), 0.0)
+    sdk_rebuild.Logs(lambda: RES, sink).feed(carried(sdk_records.log_records([made], sdk_records.Scopes())), 0.0)
     assert sink[0].dropped_attributes == 1
 
 
@@ -257,7 +257,7 @@ def _metrics(temporality=AggregationTemporality.CUMULATIVE):
 
 
 def _rebuilt(data):
-    rec = carried(sdk_records.metrics_record(data, sdk_records._Scopes()))
+    rec = carried(sdk_records.metrics_record(data, sdk_records.Scopes()))
     sink = Collected()
     assert sdk_rebuild.Metrics(lambda: RES, sink).feed([rec], 50.0) == []
     [(rebuilt, points)] = sink
