@@ -24,6 +24,6 @@ class PoolSpans(sdk_rebuild.Spans):
     program's span records (sdk_rebuild.Spans) with the kind and scope version every pool task span has."""
 
     def feed(self, batch, now: float, final: bool = False) -> list:
-        return super().feed([(rec[_NAME], _CONSUMER, (rec[_SCOPE_NAME], __version__, None, None)) + tuple(rec[_REST:])
+        return super().feed([(rec[_NAME], _CONSUMER, (rec[_SCOPE_NAME], __version__, None, None)) + tuple(rec[_REST:]) + (None,)
                             for rec in batch],
                             now, final)

@@ -73,17 +73,21 @@ class Spans:
         cache = self.cache
         out = []
         for (name, kind, scope, trace_id, span_id, flags, state, parent, start, end, attrs, events, links,
-             status) in batch:  # the fields of evlog.wire.otel.Span, in order
+             status, dropped) in batch:  # the fields of evlog.wire.otel.Span, in order
             if parent is not None:
                 parent = SpanContext(parent[0], parent[1], parent[3], _flags(parent[2]))
+            events = [Event(n, a, t) for n, a, t in events] if events else ()
+            links = [Link(SpanContext(t, s, r, _flags(f)), a) for t, s, f, a, r in links] if links else ()
+            if dropped is not None:  # what the SDK's limits dropped, as the SDK's own span reports it
+                attrs, events, links = _bounded(attrs, dropped[0]), _listed(events, dropped[1]), _listed(links, dropped[2])
             out.append(ReadableSpan(
                 name,
                 context=SpanContext(trace_id, span_id, False, _flags(flags), cache.state(state)),
                 parent=parent,
                 resource=res,
                 attributes=attrs,
-                events=[Event(n, a, t) for n, a, t in events] if events else (),
-                links=[Link(SpanContext(t, s, True, _flags(f)), a) for t, s, f, a in links] if links else (),
+                events=events,
+                links=links,
                 kind=SpanKind(kind),
                 status=Status(StatusCode(status[0]), status[1]) if status is not None else _UNSET,
                 start_time=start,
@@ -119,7 +123,9 @@ class Logs:
         res = self.resource()
         cache = self.cache
         out = []
-        for (t, observed, trace_id, span_id, flags, sev_text, sev, body, attrs, event, scope) in batch:  # wire.otel.Log
+        for (t, observed, trace_id, span_id, flags, sev_text, sev, body, attrs, event, scope, dropped) in batch:  # wire.otel.Log
+            if dropped:
+                attrs = _bounded(attrs, dropped)
             record = LogRecord(timestamp=t, observed_timestamp=observed,
                                context=self._context(trace_id, span_id, flags) if trace_id else None,
                                severity_text=sev_text, severity_number=SeverityNumber(sev) if sev is not None else None,
@@ -127,6 +133,24 @@ class Logs:
             out.append(ReadableLogRecord(record, resource=res, instrumentation_scope=cache.scope(scope)))
         self.logs.add(out)
         return []
+
+
+def _bounded(attrs, dropped: int):
+    """Attributes that report ``dropped`` (ReadableSpan and ReadableLogRecord read BoundedAttributes.dropped)."""
+    from opentelemetry.attributes import BoundedAttributes
+
+    out = BoundedAttributes(None, attrs or {}, immutable=True)
+    out.dropped = dropped
+    return out
+
+
+def _listed(items, dropped: int):
+    """Events or links that report ``dropped`` (ReadableSpan reads BoundedList.dropped)."""
+    from opentelemetry.sdk.util import BoundedList
+
+    out = BoundedList.from_seq(None, items)
+    out.dropped = dropped
+    return out
 
 
 def _exemplars(ex) -> list:

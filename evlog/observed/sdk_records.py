@@ -104,11 +104,18 @@ def span_records(spans: list, scopes: Scopes) -> list:
             (p.trace_id, p.span_id, int(p.trace_flags), p.is_remote) if p is not None else None,
             s.start_time, s.end_time, _span_attrs(s.attributes),
             tuple((e.name, _span_attrs(e.attributes), e.timestamp) for e in events) if events else None,
-            tuple((ln.context.trace_id, ln.context.span_id, int(ln.context.trace_flags), _span_attrs(ln.attributes))
-                  for ln in links) if links else None,
+            tuple((ln.context.trace_id, ln.context.span_id, int(ln.context.trace_flags), _span_attrs(ln.attributes),
+                   ln.context.is_remote) for ln in links) if links else None,
             (status.status_code.value, status.description) if status.status_code.value or status.description else None,
+            _dropped(s),
         ))
     return out
+
+
+def _dropped(s):
+    """What the SDK's limits dropped of a span: (attributes, events, links), or None (the usual case)."""
+    d = (s.dropped_attributes, s.dropped_events, s.dropped_links)
+    return d if d[0] or d[1] or d[2] else None
 
 
 def log_records(logs: list, scopes: Scopes) -> list:
@@ -121,7 +128,7 @@ def log_records(logs: list, scopes: Scopes) -> list:
         out.append((lr.timestamp, lr.observed_timestamp, lr.trace_id or 0, lr.span_id or 0,
                     int(flags) if flags is not None else 0, lr.severity_text,
                     sev.value if sev is not None else None, atom(lr.body), _attrs(lr.attributes),
-                    lr.event_name or None, scopes(r.instrumentation_scope)))
+                    lr.event_name or None, scopes(r.instrumentation_scope), r.dropped_attributes or None))
     return out
 
 

@@ -4,11 +4,12 @@ evlog/builders/sdk_rebuild.py rebuilds. Standard library only.
 Records (kinds ``otel.span``, ``otel.log``, ``otel.metrics``; a scope is ``(name, version, schema_url,
 attributes or None)``; trace ids, span ids and flags are ints):
 - span: ``(name, SpanKind value, scope, trace_id, span_id, flags, tracestate header, parent, start, end,
-  attributes, events, links, status)``; parent ``(trace_id, span_id, flags, is_remote)`` or None; events
-  ``((name, attributes, time), ...)`` or None; links ``((trace_id, span_id, flags, attributes), ...)`` or
+  attributes, events, links, status, dropped)``; parent ``(trace_id, span_id, flags, is_remote)`` or None; events
+  ``((name, attributes, time), ...)`` or None; links ``((trace_id, span_id, flags, attributes, is_remote), ...)`` or
   None; status ``(StatusCode value, description)`` or None (unset);
 - log: ``(time, observed time, trace_id, span_id, flags, severity text, SeverityNumber value or None, body,
-  attributes, event name, scope)``;
+  attributes, event name, scope, dropped attributes or None)``; dropped (span): ``(attributes, events, links)``
+  the SDK's limits dropped, or None;
 - metrics: ``(scopes, ...)``, each ``(scope, schema_url, metrics)``; a metric ``(name, description, unit,
   data)`` with data one of ``("gauge", points)``, ``("sum", temporality, monotonic, points)``,
   ``("histogram", temporality, points)``, ``("exponential", temporality, points)``; number points
@@ -37,6 +38,7 @@ class Span(IntEnum):
     EVENTS = 11
     LINKS = 12
     STATUS = 13
+    DROPPED = 14  # (attributes, events, links) the SDK's limits dropped, or None
 
 
 class Log(IntEnum):
@@ -52,11 +54,13 @@ class Log(IntEnum):
     ATTRIBUTES = 8
     EVENT_NAME = 9
     SCOPE = 10
+    DROPPED = 11  # attributes the SDK's limits dropped, or None
 
 
 class PoolTask(IntEnum):
     """Fields of a ``pool.task`` record (observed/pools/taskspan.py; builders/pool_spans.py): a span
-    record without its kind (CONSUMER) and with its scope's name only (the version is evlog's)."""
+    record without its kind (CONSUMER) and its dropped counts (a task span drops nothing), and with its
+    scope's name only (the version is evlog's)."""
     NAME = 0
     SCOPE_NAME = 1
     TRACE_ID = 2

@@ -154,7 +154,7 @@ class TaskSpan(trace.Span):
             if self.links is None:
                 self.links = []
             self.links.append((context.trace_id, context.span_id, int(context.trace_flags),
-                               _clean(attributes) if attributes else {}))
+                               _clean(attributes) if attributes else {}, context.is_remote))
 
     def update_name(self, name: str) -> None:
         if self.end_time is None:
