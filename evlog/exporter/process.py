@@ -550,15 +550,21 @@ class Builder:
             b = client.builders[kind] = make(meta, client.get_resource)
         try:
             self.pipeline.add(b.feed(records, time.monotonic()))
-        except Exception as exc:
+        except Exception as exc:  # the batch is lost: said once, counted
             notices.warn_once(f"exporter-build-{kind}", f"spans of {kind} records could not be built: {exc!r}")
+            stats.incr("dropped.unbuilt", len(records))
 
     def _finish(self, client_id: int, client: _Client) -> None:
         import time
 
+        from evlog import notices
+
         self.clients.pop(client_id, None)
         for b in client.builders.values():
-            self.pipeline.add(b.feed((), time.monotonic(), True))
+            try:  # as in tick(): one builder's failure must not end the builder thread
+                self.pipeline.add(b.feed((), time.monotonic(), True))
+            except Exception as exc:
+                notices.warn_once("exporter-finish", f"spans could not be built: {exc!r}")
 
     def tick(self, final: bool = False) -> None:
         import time
