@@ -41,7 +41,7 @@ def _err(text: str) -> None:
 
 def _open(args: argparse.Namespace):
     """The Store for RUN_DIR or --db (a run folder is read into memory); problems go to stderr."""
-    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
+    from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
     from evlog.viewer.store import Store, StoreError
 
     if getattr(args, "db", None):
@@ -229,7 +229,7 @@ def _need_view_extras(command: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     _need_view_extras("serve")
-    from evlog.viewer.receiver import ListenError, OTLPReceiver
+    from evlog.data.receiver import ListenError, OTLPReceiver
     from evlog.viewer.server import Dashboard
     from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
 
@@ -299,7 +299,7 @@ def _receiver_status(receiver: Any, ingestor: Any) -> dict:
 
 def cmd_view(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
-    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
+    from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
 
     try:
         path = args.run_dir or newest_run(RUNS)

@@ -23,7 +23,7 @@ from synthetic_run import make_run, resource, span, traces_request
 
 from evlog import cli
 from evlog.viewer import server as dash
-from evlog.viewer.runfolder import RunFolder
+from evlog.data.run_reader import RunFolder
 from evlog.viewer.store import Store, decode_for_store
 
 

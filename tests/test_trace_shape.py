@@ -131,7 +131,7 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     from evlog import cli
     from evlog.report.model import build
     from evlog.viewer import server
-    from evlog.viewer.runfolder import RunFolder
+    from evlog.data.run_reader import RunFolder
     from evlog.viewer.store import Store
 
     _r, run = shaped
@@ -144,7 +144,7 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     rows = []
     for f in sorted(os.listdir(run)):
         if f.startswith("traces"):
-            from evlog.viewer import otlp_decode
+            from evlog.data import otlp_decode
 
             with open(run / f) as fh:
                 for line in fh:

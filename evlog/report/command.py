@@ -21,7 +21,7 @@ class ReportError(Exception):
 
 def load_folder(path: str) -> tuple[list, list, str]:
     """(spans, logs, folder) of a run folder; its corrupt lines are reported on stderr and skipped."""
-    from evlog.viewer.runfolder import RunFolder, RunFolderError
+    from evlog.data.run_reader import RunFolder, RunFolderError
 
     try:
         rf = RunFolder(path)
@@ -70,7 +70,7 @@ def store_rows(store) -> tuple[list, list]:
     """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
     decoded request by request, the others from their JSON columns. The dashboard's report panel
     reads its live store through this too."""
-    from evlog.viewer import otlp_decode
+    from evlog.data import otlp_decode
 
     conn = store.reader()
     resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
@@ -100,7 +100,7 @@ def store_rows(store) -> tuple[list, list]:
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",
                  run: str | None = None) -> dict:
     """The report dict of a run folder (default: the newest under ``runs``) or a database."""
-    from evlog.viewer.runfolder import RunFolderError, newest_run
+    from evlog.data.run_reader import RunFolderError, newest_run
 
     enabled = gc.isenabled()
     gc.disable()

@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from . import otlp_decode
-from .receiver import Backpressure
+from evlog.data import otlp_decode
+from evlog.data.receiver import Backpressure
 
 FORMAT = "evlog-store"
 SCHEMA_VERSION = "4"  # 4: spans.state (a task life's dask.task.state); a version-3 file gets the column
