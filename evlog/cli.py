@@ -42,7 +42,7 @@ def _err(text: str) -> None:
 def _open(args: argparse.Namespace):
     """The Store for RUN_DIR or --db (a run folder is read into memory); problems go to stderr."""
     from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
-    from evlog.viewer.store import Store, StoreError
+    from evlog.data.store import Store, StoreError
 
     if getattr(args, "db", None):
         if args.run_dir:
@@ -231,7 +231,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _need_view_extras("serve")
     from evlog.data.receiver import ListenError, OTLPReceiver
     from evlog.viewer.server import Dashboard
-    from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
+    from evlog.data.store import Ingestor, Store, StoreError, decode_for_store
 
     box: dict = {}
     receiver = OTLPReceiver(lambda signal, rows: box["ingestor"].submit(signal, rows), host=args.host,
@@ -310,7 +310,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     import asyncio
 
     from evlog.viewer.server import Dashboard
-    from evlog.viewer.store import Ingestor, Store
+    from evlog.data.store import Ingestor, Store
 
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))

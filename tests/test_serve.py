@@ -24,7 +24,7 @@ from synthetic_run import make_run, resource, span, traces_request
 from evlog import cli
 from evlog.viewer import server as dash
 from evlog.data.run_reader import RunFolder
-from evlog.viewer.store import Store, decode_for_store
+from evlog.data.store import Store, decode_for_store
 
 
 def free_port() -> int:
@@ -458,7 +458,7 @@ def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
 
 def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(tmp_path):
     """What `evlog serve`'s run selector rests on: every query of Store.scoped(run) sees that run only."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     def span(i: int, run: str) -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": f"futures.task f{run}",
@@ -485,7 +485,7 @@ def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(t
 
 def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
     """An exporter may send any value as evlog.run.id (a number, a list): it is a run, shown as text."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     st = Store(str(tmp_path / "evlog.sqlite"))
     try:
@@ -505,7 +505,7 @@ def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
 def test_a_version_3_database_gets_the_state_column_and_keeps_its_progress(tmp_path):
     """Version 4 stores each task life's dask.task.state in a column (progress in `evlog serve`, where
     spans stay protobuf); a version-3 file is brought to 4 when opened, its rows read from their JSON."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     def life(i: int, key: str, state: str, status: str = "UNSET") -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.task inc",
@@ -538,7 +538,7 @@ def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(
     executor thread can overlap by that much; the event loop's thread (coroutine tasks) still gets a row
     per real overlap over 25 ms."""
     from evlog.viewer.server import gantt
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     def execution(i: int, start_ms: int, end_ms: int, thread: str) -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.execute inc",

@@ -132,7 +132,7 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     from evlog.report.model import build
     from evlog.viewer import server
     from evlog.data.run_reader import RunFolder
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     _r, run = shaped
     store = Store(None)

@@ -44,7 +44,7 @@ def load_folder(path: str) -> tuple[list, list, str]:
 def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
     """(spans, logs, source) of one run of an `evlog serve` database (see ``store_rows``): ``run`` (an
     evlog.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
-    from evlog.viewer.store import Store, StoreError
+    from evlog.data.store import Store, StoreError
 
     try:
         store = Store(path, create=False)
