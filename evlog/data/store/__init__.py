@@ -19,14 +19,17 @@ A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` 
 
 One job per module: schema (tables, format mark, span categories, the file check), codec (how values sit
 in columns), protobuf (spans kept as their request), ingest (rows -> tables), queries (tables -> answers),
-store (``Store``: connections and per-run views), writer (``Ingestor``: the writer thread). Import from
+store (``Store``: connections and per-run views), writer (``Ingestor``: the writer thread), rows (a
+store back as otlp_decode rows, for the report). Import from
 here: evlog.data.store.
 """
 from .codec import dumps, process_name
 from .protobuf import RawTraces, decode_for_store
+from .rows import store_rows
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, FORMAT, SCHEMA_VERSION, StoreError
 from .store import Store
 from .writer import Ingestor, Overloaded
 
 __all__ = ["CAT_EXECUTION", "CAT_OTHER", "CAT_POOL_TASK", "CAT_SCHED_TASK", "FORMAT", "SCHEMA_VERSION", "Ingestor",
-           "Overloaded", "RawTraces", "Store", "StoreError", "decode_for_store", "dumps", "process_name"]
+           "Overloaded", "RawTraces", "Store", "StoreError", "decode_for_store", "dumps", "process_name",
+           "store_rows"]
