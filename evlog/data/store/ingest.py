@@ -9,6 +9,7 @@ from typing import Any, Iterable
 
 from evlog.data import otlp_decode
 
+from . import codec
 from .codec import I64_MAX, dumps, process_name, u64
 from .protobuf import RawTraces
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK
@@ -139,6 +140,7 @@ class Ingest:
         pb_any = otlp_decode._pb_any
         sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
         pool_prefixes = _POOL_PREFIXES
+        u64 = codec.u64
         idx = -1
         for rs in message.resource_spans:
             pid = self._process_pb(rs.resource)
