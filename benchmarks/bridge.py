@@ -29,7 +29,7 @@ def receiver_main() -> None:
     """Child process: a counting OTLP receiver; prints its gRPC endpoint, then a count per stdin line."""
     import threading
 
-    from evlog.viewer.receiver import OTLPReceiver
+    from evlog.data.receiver import OTLPReceiver
 
     counts: dict = {}
     lock = threading.Lock()

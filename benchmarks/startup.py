@@ -48,7 +48,7 @@ def main() -> None:
     compileall.compile_dir(os.path.dirname(evlog.__file__), quiet=1)
     from evlog.launcher import SITE_DIR
 
-    from evlog.viewer.receiver import OTLPReceiver
+    from evlog.data.receiver import OTLPReceiver
 
     received = {"rows": 0}
 

@@ -41,8 +41,8 @@ def _err(text: str) -> None:
 
 def _open(args: argparse.Namespace):
     """The Store for RUN_DIR or --db (a run folder is read into memory); problems go to stderr."""
-    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
-    from evlog.viewer.store import Store, StoreError
+    from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
+    from evlog.data.store import Store, StoreError
 
     if getattr(args, "db", None):
         if args.run_dir:
@@ -229,9 +229,9 @@ def _need_view_extras(command: str) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     _need_view_extras("serve")
-    from evlog.viewer.receiver import ListenError, OTLPReceiver
+    from evlog.data.receiver import ListenError, OTLPReceiver
     from evlog.viewer.server import Dashboard
-    from evlog.viewer.store import Ingestor, Store, StoreError, decode_for_store
+    from evlog.data.store import Ingestor, Store, StoreError, decode_for_store
 
     box: dict = {}
     receiver = OTLPReceiver(lambda signal, rows: box["ingestor"].submit(signal, rows), host=args.host,
@@ -299,7 +299,7 @@ def _receiver_status(receiver: Any, ingestor: Any) -> dict:
 
 def cmd_view(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
-    from evlog.viewer.runfolder import RunFolder, RunFolderError, newest_run
+    from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
 
     try:
         path = args.run_dir or newest_run(RUNS)
@@ -310,7 +310,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     import asyncio
 
     from evlog.viewer.server import Dashboard
-    from evlog.viewer.store import Ingestor, Store
+    from evlog.data.store import Ingestor, Store
 
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))

@@ -77,7 +77,7 @@ def wait_until(fn, timeout: float = 30.0):
 
 def read_run_folder(path: str) -> dict:
     """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every *.jsonl line of a run folder."""
-    from evlog.viewer import otlp_decode
+    from evlog.data import otlp_decode
 
     out = {"spans": [], "logs": [], "metrics": []}
     for sig, key, fn in (("traces", "spans", otlp_decode.decode_spans), ("logs", "logs", otlp_decode.decode_logs),

@@ -1,4 +1,4 @@
-"""The tests' OTLP receiver: a real evlog.viewer.receiver.OTLPReceiver on loopback (gRPC and HTTP)
+"""The tests' OTLP receiver: a real evlog.data.receiver.OTLPReceiver on loopback (gRPC and HTTP)
 that keeps every decoded row in memory, plus the OTEL_* variables that point exporters at it.
 
     r = CollectingReceiver().start()
@@ -7,7 +7,7 @@ that keeps every decoded row in memory, plus the OTEL_* variables that point exp
     r.wait_for(lambda: any(s["name"] == "futures.task inc" for s in r.spans()))
     r.stop()
 
-Rows are those of evlog.viewer.otlp_decode (span, log and metric point dicts).
+Rows are those of evlog.data.otlp_decode (span, log and metric point dicts).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from evlog.viewer.receiver import OTLPReceiver
+from evlog.data.receiver import OTLPReceiver
 
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 

@@ -220,8 +220,8 @@ def test_a_database_in_a_missing_folder_is_named_as_such(tmp_path, capsys, comma
 
 
 def test_a_damaged_evlog_database_gets_a_clear_message(run, tmp_path, capsys):
-    from evlog.viewer.runfolder import RunFolder
-    from evlog.viewer.store import Store
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
 
     path, info = run
     db = tmp_path / "damaged.sqlite"

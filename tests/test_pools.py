@@ -922,8 +922,8 @@ def test_chunk_mode_replaces_the_pools_chunk_functions_by_reference_and_uninstru
 
 def test_chunk_spans_are_task_executions_for_the_consumers_and_the_viewer():
     from evlog.processors import spans
-    from evlog.viewer import store
+    from evlog.data.store import ingest, schema
 
     for name in ("futures.chunk f", "multiprocessing.chunk Model.predict"):
         assert spans.category_of(name) == spans.COMPUTE, name  # worker saturation counts their time
-        assert store._columns(name, {}, "")[2] == store.CAT_POOL_TASK, name  # drawn with the pool tasks
+        assert ingest.span_columns(name, {}, "")[2] == schema.CAT_POOL_TASK, name  # drawn with the pool tasks

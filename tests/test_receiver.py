@@ -1,5 +1,5 @@
 """The OTLP receiver over real gRPC and real HTTP with the OTel SDK's own exporters, and the
-OTLP decoding core (evlog.viewer.otlp_decode) on hand-written OTLP/JSON lines."""
+OTLP decoding core (evlog.data.otlp_decode) on hand-written OTLP/JSON lines."""
 from __future__ import annotations
 
 import base64
@@ -38,7 +38,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from evlog.viewer.otlp_decode import (
+from evlog.data.otlp_decode import (
     DecodeError,
     decode_logs,
     decode_metrics,
@@ -46,7 +46,7 @@ from evlog.viewer.otlp_decode import (
     decode_spans,
     to_otlp_json,
 )
-from evlog.viewer.receiver import OTLPReceiver
+from evlog.data.receiver import OTLPReceiver
 from receiver import CollectingReceiver
 
 pytestmark = pytest.mark.timeout(120)
@@ -739,7 +739,7 @@ def test_a_sink_under_backpressure_makes_exporters_retry_not_drop():
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from evlog.viewer.receiver import Backpressure, OTLPReceiver
+    from evlog.data.receiver import Backpressure, OTLPReceiver
 
     busy = {"left": 2}
     got = []

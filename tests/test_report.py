@@ -163,8 +163,8 @@ def test_text_report_and_metadata(run, report):
 
 
 def test_report_from_an_evlog_serve_database_matches_the_folder(run, report, tmp_path):
-    from evlog.viewer.runfolder import RunFolder
-    from evlog.viewer.store import Store
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
 
     db = str(tmp_path / "run.sqlite")
     store = Store(db)
@@ -181,8 +181,8 @@ def test_report_from_an_evlog_serve_database_matches_the_folder(run, report, tmp
 def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_named(run, report, tmp_path):
     from synthetic_run import make_run
 
-    from evlog.viewer.runfolder import RunFolder
-    from evlog.viewer.store import Store
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
 
     db = str(tmp_path / "runs.sqlite")
     store = Store(db)
@@ -258,7 +258,7 @@ def futures_run(tmp_path_factory):
 
 
 def _task_spans(run_dir: str) -> list[dict]:
-    from evlog.viewer.runfolder import RunFolder
+    from evlog.data.run_reader import RunFolder
 
     return [s for signal, rows in RunFolder(run_dir).read_all() if signal == "traces" for s in rows
             if s["name"].startswith("dask.task")]
@@ -292,9 +292,9 @@ def test_a_second_life_never_stands_in_for_the_life_that_computed(futures_run):
 
 
 def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(futures_run):
-    from evlog.viewer.runfolder import RunFolder
-    from evlog.viewer.server import progress
-    from evlog.viewer.store import CAT_SCHED_TASK, Store
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.panels.progress import progress
+    from evlog.data.store import CAT_SCHED_TASK, Store
 
     store = Store(None)
     RunFolder(futures_run["dir"]).load_into(store)

@@ -22,9 +22,11 @@ import pytest
 from synthetic_run import make_run, resource, span, traces_request
 
 from evlog import cli
-from evlog.viewer import server as dash
-from evlog.viewer.runfolder import RunFolder
-from evlog.viewer.store import Store, decode_for_store
+from evlog.data.panels import dag as dag_panel
+from evlog.data.panels import gantt as gantt_panel
+from evlog.data.panels import metadata as metadata_panel
+from evlog.data.run_reader import RunFolder
+from evlog.data.store import Store, decode_for_store
 
 
 def free_port() -> int:
@@ -406,17 +408,17 @@ def test_gantt_aggregates_what_cannot_be_drawn_and_says_so(tmp_path):
     make_run(str(folder), n_tasks=300, metadata=0)
     st = Store(None)
     RunFolder(str(folder)).load_into(st)
-    full = dash.gantt(st)
+    full = gantt_panel.gantt(st)
     assert full["mode"] == "bars" and full["total"] == 300 and full["note"] == ""
-    agg = dash.gantt(st, max_bars=100, bins=50)
+    agg = gantt_panel.gantt(st, max_bars=100, bins=50)
     assert agg["mode"] == "aggregated" and agg["total"] == 300
     assert "300 spans in view" in agg["note"] and "zoom in" in agg["note"]
     assert len(agg["busy"]) == len(agg["lanes"]) and all(len(r) == 50 for r in agg["busy"])
     assert any(any(r) for r in agg["errors"])  # the erred task is still marked
     assert all(0 <= x <= 1 for r in agg["busy"] for x in r)
-    zoomed = dash.gantt(st, t0=full["t0"], t1=full["t0"] + (full["t1"] - full["t0"]) / 10, max_bars=100)
+    zoomed = gantt_panel.gantt(st, t0=full["t0"], t1=full["t0"] + (full["t1"] - full["t0"]) / 10, max_bars=100)
     assert zoomed["mode"] == "bars" and 0 < zoomed["total"] < 100
-    one = dash.gantt(st, worker="tcp://127.0.0.1:40001")
+    one = gantt_panel.gantt(st, worker="tcp://127.0.0.1:40001")
     assert {ln["worker"] for ln in one["lanes"]} == {"tcp://127.0.0.1:40001"} and one["total"] == 150
 
 
@@ -425,7 +427,7 @@ def test_the_task_graph_groups_by_prefix_when_large(tmp_path):
     make_run(str(folder), n_tasks=60, metadata=0)
     st = Store(None)
     RunFolder(str(folder)).load_into(st)
-    g = dash.task_graph(st, max_nodes=10)
+    g = dag_panel.task_graph(st, max_nodes=10)
     assert g["mode"] == "prefixes" and {n["prefix"] for n in g["nodes"]} == {"inc", "double", "add"}
     assert sum(n["count"] for n in g["nodes"]) == 60 and "60 tasks" in g["note"]
 
@@ -442,7 +444,7 @@ def test_the_task_graph_groups_by_prefix_when_large(tmp_path):
     ([{"flag": True, "loss": 1.0}, {"flag": False, "loss": 0.5}], None),  # booleans are not numbers
 ])
 def test_metadata_x_axis_follows_cluster_job_logging(records, x):
-    assert dash.choose_x(records) == x
+    assert metadata_panel.choose_x(records) == x
 
 
 def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
@@ -450,7 +452,7 @@ def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
     make_run(str(folder), n_tasks=3, metadata=6)
     st = Store(None)
     RunFolder(str(folder)).load_into(st)
-    (g,) = dash.metadata_graphs(st.named_events("evlog.metadata"))
+    (g,) = metadata_panel.metadata_graphs(st.named_events("evlog.metadata"))
     assert g["x"] == "epoch" and g["xs"] == [0, 1, 2, 3, 4, 5]
     assert set(g["series"]) == {"loss", "acc", "step"}  # "size" is a string: table only
     assert g["table"][0]["body"]["epoch"] == 5  # newest first
@@ -458,7 +460,7 @@ def test_metadata_graphs_plot_by_the_chosen_x(tmp_path):
 
 def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(tmp_path):
     """What `evlog serve`'s run selector rests on: every query of Store.scoped(run) sees that run only."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     def span(i: int, run: str) -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": f"futures.task f{run}",
@@ -485,7 +487,7 @@ def test_a_store_scoped_to_a_run_sees_only_its_rows_and_reuses_its_connections(t
 
 def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
     """An exporter may send any value as evlog.run.id (a number, a list): it is a run, shown as text."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     st = Store(str(tmp_path / "evlog.sqlite"))
     try:
@@ -505,7 +507,7 @@ def test_runs_whose_id_is_not_text_are_runs_too(tmp_path):
 def test_a_version_3_database_gets_the_state_column_and_keeps_its_progress(tmp_path):
     """Version 4 stores each task life's dask.task.state in a column (progress in `evlog serve`, where
     spans stay protobuf); a version-3 file is brought to 4 when opened, its rows read from their JSON."""
-    from evlog.viewer.store import Store
+    from evlog.data.store import Store
 
     def life(i: int, key: str, state: str, status: str = "UNSET") -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.task inc",
@@ -537,8 +539,8 @@ def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(
     """A worker's clock offset estimate can move by 100 ms and more on a loaded host, so two tasks of one
     executor thread can overlap by that much; the event loop's thread (coroutine tasks) still gets a row
     per real overlap over 25 ms."""
-    from evlog.viewer.server import gantt
-    from evlog.viewer.store import Store
+    from evlog.data.panels.gantt import gantt
+    from evlog.data.store import Store
 
     def execution(i: int, start_ms: int, end_ms: int, thread: str) -> dict:
         return {"trace_id": f"{i:032x}", "span_id": f"{i:016x}", "parent_span_id": "", "name": "dask.execute inc",

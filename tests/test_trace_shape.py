@@ -130,21 +130,21 @@ def test_erred_tasks_of_the_big_map_are_links_on_its_group_span(shaped):
 def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shaped, capsys):
     from evlog import cli
     from evlog.report.model import build
-    from evlog.viewer import server
-    from evlog.viewer.runfolder import RunFolder
-    from evlog.viewer.store import Store
+    from evlog.data.panels import gantt as gantt_panel
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
 
     _r, run = shaped
     store = Store(None)
     RunFolder(str(run)).load_into(store)
     summary = store.summary()
     assert summary["computations"] == 2 and summary["traces"] > 10
-    gantt = server.gantt(store)
+    gantt = gantt_panel.gantt(store)
     assert gantt["total"] == N + 169
     rows = []
     for f in sorted(os.listdir(run)):
         if f.startswith("traces"):
-            from evlog.viewer import otlp_decode
+            from evlog.data import otlp_decode
 
             with open(run / f) as fh:
                 for line in fh:

@@ -6,6 +6,6 @@
 - render_text, render_html: the report as text, or as one offline HTML page;
 - command: loading a run folder or an `evlog serve` database, and the CLI entry.
 
-Pure functions over otlp_decode's rows (evlog.viewer.otlp_decode); nothing of the OTel SDK.
+Pure functions over otlp_decode's rows (evlog.data.otlp_decode); nothing of the OTel SDK.
 docs/report.md defines every figure.
 """

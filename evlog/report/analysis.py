@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import statistics
 
-from evlog.report import groups, profile
-from evlog.report.common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
-                     label, merge, ms, pct, process_name, secs, split_exception)
-from evlog.report.model import Computation, Task, build, union_ns
+from evlog.data.exception_text import split_exception
+from evlog.data.panels.metadata import metadata_graphs  # the dashboard's own x-axis rules
+
+from . import groups, profile
+from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
+                     label, merge, ms, pct, process_name, secs)
+from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     comps = build(spans)
@@ -417,8 +420,6 @@ def metadata(logs: list[dict]) -> list[dict]:
            for r in logs if r["event_name"] == "evlog.metadata" and isinstance(r["body"], dict)]
     if not evs:
         return []
-    from evlog.viewer.server import metadata_graphs  # the dashboard's own x-axis rules
-
     evs.sort(key=lambda e: e["time"])
     out = []
     for g in metadata_graphs(evs):

@@ -21,7 +21,7 @@ class ReportError(Exception):
 
 def load_folder(path: str) -> tuple[list, list, str]:
     """(spans, logs, folder) of a run folder; its corrupt lines are reported on stderr and skipped."""
-    from evlog.viewer.runfolder import RunFolder, RunFolderError
+    from evlog.data.run_reader import RunFolder, RunFolderError
 
     try:
         rf = RunFolder(path)
@@ -42,9 +42,9 @@ def load_folder(path: str) -> tuple[list, list, str]:
 
 
 def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
-    """(spans, logs, source) of one run of an `evlog serve` database (see ``store_rows``): ``run`` (an
+    """(spans, logs, source) of one run of an `evlog serve` database (evlog.data.store.store_rows): ``run`` (an
     evlog.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
-    from evlog.viewer.store import Store, StoreError
+    from evlog.data.store import Store, StoreError, store_rows
 
     try:
         store = Store(path, create=False)
@@ -66,41 +66,10 @@ def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
     return spans, logs, store.path + (f" (run {run})" if run is not None and len(runs) > 1 else "")
 
 
-def store_rows(store) -> tuple[list, list]:
-    """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
-    decoded request by request, the others from their JSON columns. The dashboard's report panel
-    reads its live store through this too."""
-    from evlog.viewer import otlp_decode
-
-    conn = store.reader()
-    resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
-    spans: list = []
-    for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
-        spans.extend(otlp_decode.decode_proto("traces", body))
-    run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
-    if run is not None:
-        spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
-    for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
-         scope) in conn.execute(
-            "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
-            "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
-        spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
-                      "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
-                      "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
-                      "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
-                      "scope": scope or ""})
-    logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
-             "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
-            for t, ot, name, body, attrs, proc in conn.execute(
-                "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
-                "WHERE event_name != '' ORDER BY time, id")]
-    return spans, logs
-
-
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",
                  run: str | None = None) -> dict:
     """The report dict of a run folder (default: the newest under ``runs``) or a database."""
-    from evlog.viewer.runfolder import RunFolderError, newest_run
+    from evlog.data.run_reader import RunFolderError, newest_run
 
     enabled = gc.isenabled()
     gc.disable()

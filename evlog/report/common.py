@@ -1,8 +1,5 @@
-"""Small helpers the report's parts share: units, interval merging, process labels, exception text."""
+"""Small helpers the report's parts share: units, interval merging, process labels."""
 from __future__ import annotations
-
-import ast
-import re
 
 NS = 1_000_000_000
 STRAGGLER_RATIO = 5.0  # slower than this many times the median of its prefix ...
@@ -18,29 +15,6 @@ def secs(ns: int | None) -> float | None:
 
 def dur(ns: int | float) -> float:
     return round(ns / NS, 6)
-
-
-_REPR = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$", re.S)
-
-
-def split_exception(text: str) -> tuple[str, str]:
-    """("ValueError", "bad input") from "ValueError('bad input')" (Dask's repr of the exception),
-    or from "ValueError: bad input"; else ("", text)."""
-    text = (text or "").strip()
-    m = _REPR.match(text)
-    if m:
-        inner = m.group(2)
-        try:
-            v = ast.literal_eval(inner)
-            if isinstance(v, str):
-                inner = v
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            pass
-        return m.group(1), inner
-    m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning|Exit|Interrupt|Worker)): (.*)$", text, re.S)
-    if m:
-        return m.group(1), m.group(2)
-    return "", text
 
 
 def pct(x: float) -> str:
@@ -62,7 +36,7 @@ def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def label(resource: dict) -> str:
-    """A process's label, as the viewer's store names it: worker address, else service role pid@host."""
+    """A process's label, as the store (evlog.data.store) names it: worker address, else service role pid@host."""
     w = resource.get("dask.worker.address")
     if w:
         return str(w)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import statistics
 
-from evlog.report.common import (MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms,
-                     split_exception)
+from evlog.data.exception_text import split_exception
+
+from .common import MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms
 
 POOL_SPANS = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
 CHUNK_SPANS = ("futures.chunk", "multiprocessing.chunk")

@@ -1,1 +1,1 @@
-"""Reading telemetry back: OTLP decoding, the OTLP receiver, the run-folder store and the dashboard."""
+"""The dashboard: the aiohttp app (server.py, report_panel.py) and its static files; its data comes from evlog.data."""

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from evlog.data.jsonsafe import finite
+from evlog.data.store import store_rows
 from evlog.report.analysis import analyse
-from evlog.report.command import store_rows
-
-from evlog.viewer.server import _finite
 
 _CHUNK = 500  # keys per SQL IN (...)
 
@@ -82,4 +81,4 @@ def dashboard_report(store: Any, source: str = "") -> dict:
                     "critical_spans": spans_of_ids(store, critical)}
     _link_pool_calls(store, rep.get("pools"))
     rep["empty"] = False
-    return _finite(rep)
+    return finite(rep)

@@ -1,5 +1,5 @@
 /* Where the time went inside the tasks: a flame graph per task prefix (or pool function) of the sampling
-   profile (api/profile, evlog/viewer/profile.py), drawn with d3-flame-graph; the worker selector narrows
+   profile (api/profile, evlog/data/panels/flame.py), drawn with d3-flame-graph; the worker selector narrows
    it to one worker, and a clicked task's panel gets a flame graph of that task's own samples. */
 "use strict";
 (function () {

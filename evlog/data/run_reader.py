@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from evlog.viewer import otlp_decode
+from evlog.data import otlp_decode
 
 _FILE = re.compile(r"^(traces|logs|metrics)[^/]*\.jsonl$")
 _CHUNK = 8 << 20  # bytes read per file per step: bounded memory for large runs

@@ -10,13 +10,17 @@ Two inputs, one set of rows:
 - protobuf ``Export{Trace,Logs,Metrics}ServiceRequest`` messages (or their serialized bytes), as
   the receiver gets them over gRPC and OTLP/HTTP protobuf: ``decode_proto(signal, message)``.
 
-The protobuf path reads the message fields directly instead of going through
-``json_format.MessageToDict``: MessageToDict alone costs seconds per 20,000 spans, the direct read
-a small fraction of that. Both paths build rows with the same shapes and the same values;
-tests/test_receiver.py checks that they agree on the same request. ``to_otlp_json(message)`` gives
-the OTLP/JSON dict of a protobuf message (MessageToDict with hex ids), for files and tests.
+Why two decoders for one set of rows: each reads its input directly, and one code path would have to
+convert one form into the other first. Measured (benchmarks/_decode_paths.py, 5,000 Dask execute
+spans, on a shared 2-core machine): a run folder's JSON line through ``json_format.ParseDict`` then
+the protobuf decoder takes 3 to 14 times the JSON decoder's time; a receiver's protobuf body through
+``MessageToDict`` then the JSON decoder 3 to 6 times the protobuf decoder's. The JSON decoder also
+names the place and the problem in a bad line, where ParseDict would not. So both stay; they build
+rows with the same shapes and the same values, and tests/test_receiver.py checks that they agree on
+the same request. ``to_otlp_json(message)`` gives the OTLP/JSON dict of a protobuf message
+(MessageToDict with hex ids), for files and tests.
 
-Row shapes (the keys are a contract of the viewer):
+Row shapes (the keys are a contract of the read side: the store, the report, the panels):
 
 - span: trace_id, span_id, parent_span_id ("" for a root), name, kind (INTERNAL, SERVER, CLIENT,
   PRODUCER, CONSUMER), start, end (int ns), attributes (dict), events ([{name, time, attributes}]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from evlog.report.profile import EVENT, samples
+from evlog.data.profile_samples import EVENT, samples
 
 MAX_RECORDS = 200_000  # evlog.profile log records read (about 28 hours of one prefix on one worker)
 

@@ -1,7 +1,7 @@
 """A real OTLP receiver: gRPC and HTTP (protobuf and JSON) in background threads.
 
 ``OTLPReceiver(sink)`` listens for the three OTLP export services and calls ``sink(signal, rows)``
-with the decoded rows (see evlog.viewer.otlp_decode) for every accepted request; ``signal`` is
+with the decoded rows (see evlog.data.otlp_decode) for every accepted request; ``signal`` is
 "traces", "logs" or "metrics". The sink is called from several threads at once (gRPC workers, the
 HTTP decode pool): it must be thread-safe. A sink that raises does not hurt the server: the error
 is counted (``sink_errors``) and the client gets a partial-success response rejecting the rows.
@@ -40,7 +40,7 @@ import threading
 import zlib
 from typing import Any, Callable
 
-from evlog.viewer.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
+from evlog.data.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
 
 __all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY", "ListenError"]
 

@@ -1,0 +1,35 @@
+"""A whole store back as otlp_decode's rows (spans and event log records), for `evlog report`'s analysis."""
+from __future__ import annotations
+
+import json
+
+from evlog.data import otlp_decode
+
+
+def store_rows(store) -> tuple[list, list]:
+    """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
+    decoded request by request, the others from their JSON columns. `evlog report --db` and the
+    dashboard's report panel read a store through this."""
+    conn = store.reader()
+    resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
+    spans: list = []
+    for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
+        spans.extend(otlp_decode.decode_proto("traces", body))
+    run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
+    if run is not None:
+        spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
+    for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
+         scope) in conn.execute(
+            "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
+            "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
+        spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
+                      "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
+                      "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
+                      "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
+                      "scope": scope or ""})
+    logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
+             "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
+            for t, ot, name, body, attrs, proc in conn.execute(
+                "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
+                "WHERE event_name != '' ORDER BY time, id")]
+    return spans, logs
