@@ -13,7 +13,9 @@ Spans are built with the SDK's public types (ReadableSpan, Event, Resource, Span
 A recorded transition is ``(key, start, finish, stimulus_id, time, extra, info)``:
 - extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
   (text, traceback) or None, nbytes, suspicious, seconds of compute or None); else None;
-- info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
+- info: on a transition from released -> (prefix, group, Dask span id, trace context carrier), else None;
+  the carrier (evlog.propagation) is read with the program's OTEL_PROPAGATORS, which the exporter process
+  takes from the first hello (evlog.propagation.configure).
 A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``; a big
 computation's batch is a shape record (dask_shape), whose batch and group spans are built here too.
 """
@@ -26,7 +28,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from evlog import __version__
+from evlog import __version__, propagation
 
 from . import dask_memory, dask_shape
 
@@ -41,15 +43,6 @@ KIND = "dask.transition"  # the records' kind
 #   end: time of its first transition to memory/erred/forgotten; state: that transition's finish
 #   at end: (nbytes, suspicious, compute seconds) from its memory/erred transition
 _SN, _INFO, _TRANS, _END, _STATE, _WORKER, _DEPS, _ERR, _AT_END = range(9)
-
-
-def parse_traceparent(tp) -> SpanContext | None:
-    try:
-        _v, trace_hex, span_hex, flags = tp.split("-")[:4]
-        sc = SpanContext(int(trace_hex, 16), int(span_hex, 16), True, TraceFlags(int(flags, 16) & 0xFF))
-    except Exception:
-        return None
-    return sc if sc.is_valid else None
 
 
 def trace_of_group(span_id) -> int:
@@ -73,7 +66,7 @@ class Lives:
         self._ended: deque = deque()  # (time it ended here, key, serial of the life)
         self._serial = 0
         self._removed: dict = {}  # stimulus id of a worker removal -> worker address
-        self._parents: dict = {}  # traceparent -> SpanContext
+        self._parents = propagation.Contexts()  # carrier -> (Context, parent SpanContext)
         self._names: dict = {}
         self._shapes = dask_shape.Shapes()
         self._held = dask_memory.Held(SCOPE)
@@ -167,20 +160,9 @@ class Lives:
         removed = self._removed
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)
 
-    def _parent(self, tp) -> SpanContext | None:
-        sc = self._parents.get(tp)
-        if sc is None:
-            sc = parse_traceparent(tp)
-            if sc is None:
-                return None
-            if len(self._parents) > 4096:
-                self._parents.clear()
-            self._parents[tp] = sc
-        return sc
-
     def _span(self, key, life: list):
-        _sn, (prefix, group, group_span, tp), trans, end, state, worker, deps, err, at_end = life
-        parent = self._parent(tp) if tp else None
+        _sn, (prefix, group, group_span, carrier), trans, end, state, worker, deps, err, at_end = life
+        parent = self._parents.get(carrier)[1] if carrier else None  # read with the program's propagators
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return None

@@ -20,8 +20,8 @@ shape record per batch; the exporter process (dask_lives.Lives) hands them to ``
 builds the batch and group spans once all their tasks' spans are out (or at the final flush), with the
 SDK's public types.
 
-A shape record is ``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch traceparent,
-client call's traceparent, group span id, prefix, group, batch index, batches in the group, tasks in
+A shape record is ``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch carrier,
+client call's carrier, group span id, prefix, group, batch index, batches in the group, tasks in
 the group, tasks in the batch)``.
 """
 from __future__ import annotations
@@ -29,7 +29,9 @@ from __future__ import annotations
 import random
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, set_span_in_context
+
+from evlog import propagation
 
 from . import dask_lives
 
@@ -40,15 +42,15 @@ _getrandbits = random.getrandbits
 
 # ---- on the scheduler ---------------------------------------------------------------------------
 
-def split(tasks: list, tp: str, limit: int, now: float):
-    """``tasks`` (new TaskStates of one graph, all with carrier ``tp``) -> ``(carriers, records)``:
-    each task's batch carrier and one shape record per batch; None when the graph stays one trace."""
+def split(tasks: list, carrier: dict, limit: int, now: float):
+    """``tasks`` (new TaskStates of one graph, all with ``carrier``) -> ``(carriers, records)``: each
+    task's batch carrier (the batch span in the graph's context: its baggage and tracestate go on) and
+    one shape record per batch; None when the graph stays one trace."""
     if limit <= 0 or len(tasks) <= limit:
         return None
-    parent = dask_lives.parse_traceparent(tp)
+    ctx, parent = propagation.read(carrier)
     if parent is None or not parent.trace_flags.sampled:
         return None
-    flags = f"{int(parent.trace_flags):02x}"
     groups: dict = {}
     for ts in tasks:
         groups.setdefault(ts.group, []).append(ts)
@@ -65,11 +67,13 @@ def split(tasks: list, tp: str, limit: int, now: float):
         prefix = tg.prefix.name
         for b in range(nb):
             lo, hi = b * n // nb, (b + 1) * n // nb
-            btp = f"00-{_getrandbits(128) or 1:032x}-{_getrandbits(64) or 1:016x}-{flags}"
-            records.append((None, SHAPE, None, None, now, (btp, tp, group_span, prefix, tg.name, b, nb, n, hi - lo),
-                            None))
+            batch = SpanContext(_getrandbits(128) or 1, _getrandbits(64) or 1, True, parent.trace_flags,
+                                parent.trace_state)
+            bc = propagation.inject(set_span_in_context(NonRecordingSpan(batch), ctx))
+            records.append((None, SHAPE, None, None, now, (bc, carrier, group_span, prefix, tg.name, b, nb, n,
+                                                           hi - lo), None))
             for ts in members[lo:hi]:
-                carriers[ts] = btp
+                carriers[ts] = bc
     return carriers, records
 
 
@@ -106,25 +110,26 @@ class Shapes:
     """One scheduler's batches and groups, waiting for their tasks' spans (in the exporter process)."""
 
     def __init__(self):
-        self.batches: dict = {}  # batch traceparent -> _Batch
+        self.batches: dict = {}  # batch carrier's key (propagation.key) -> _Batch
         self._groups: dict = {}  # group span id -> _Group
 
     def add(self, shape) -> None:
-        btp, tp, group_span, prefix, group, index, nb, tasks, size = shape
-        parent, context = dask_lives.parse_traceparent(tp), dask_lives.parse_traceparent(btp)
+        bc, carrier, group_span, prefix, group, index, nb, tasks, size = shape
+        parent, context = propagation.read(carrier)[1], propagation.read(bc)[1]
         if parent is None or context is None:
             return
         g = self._groups.get(group_span)
         if g is None:
             g = self._groups[group_span] = _Group(parent, group_span, prefix, group, tasks, nb)
         g.open += 1
-        self.batches[btp] = _Batch(g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags),
+        self.batches[propagation.key(bc)] = _Batch(g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags),
                                    index, size)
 
-    def ended(self, btp, key, span, state, compute, out: list, resource) -> None:
-        """A task span of batch ``btp`` went out; ``out`` gets the batch's and the group's spans once
-        all their tasks' spans are out."""
-        b = self.batches.get(btp)
+    def ended(self, bc, key, span, state, compute, out: list, resource) -> None:
+        """A task span of batch carrier ``bc`` went out; ``out`` gets the batch's and the group's spans
+        once all their tasks' spans are out."""
+        bk = propagation.key(bc) if type(bc) is dict else None
+        b = self.batches.get(bk)
         if b is None:
             return
         t0, t1 = span.start_time, span.end_time
@@ -142,15 +147,15 @@ class Shapes:
             g.erred.append(Link(span.context, {"dask.task.key": span.attributes.get("dask.task.key", str(key)),
                                                "exception.message": span.status.description or "erred"}))
         if len(b.keys) >= b.size:
-            self._close(btp, b, out, resource)
+            self._close(bk, b, out, resource)
 
     def flush(self, out: list, resource) -> None:
         """The final flush: every batch and group out, with what they have."""
-        for btp, b in list(self.batches.items()):
-            self._close(btp, b, out, resource)
+        for bk, b in list(self.batches.items()):
+            self._close(bk, b, out, resource)
 
-    def _close(self, btp, b: _Batch, out: list, resource) -> None:
-        del self.batches[btp]
+    def _close(self, bk, b: _Batch, out: list, resource) -> None:
+        del self.batches[bk]
         g = b.group
         group_ctx = SpanContext(g.parent.trace_id, g.span_id, False, g.parent.trace_flags)
         if b.start is not None:

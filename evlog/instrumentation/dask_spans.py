@@ -11,12 +11,15 @@ import random
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from evlog import propagation
+
 from . import dask_lives
 
 SCOPE = dask_lives.SCOPE
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 UNSET = dask_lives.UNSET
-CARRIER = "evlog.traceparent"  # the task annotation that carries the trace context
+CARRIER = "evlog.context"  # the annotation key of the trace context on the wire (a carrier: evlog.propagation)
+CONTEXTS = propagation.Contexts()  # carrier -> (Context, parent SpanContext): extracted once per client call
 _getrandbits = random.getrandbits
 
 
@@ -28,31 +31,9 @@ def new_trace_id() -> int:
     return _getrandbits(128) or 1
 
 
-def context(trace_id: int, span_id: int) -> SpanContext:
-    """A sampled local SpanContext."""
-    return SpanContext(trace_id, span_id, False, SAMPLED)
-
-
-# ---- parents: the carrier -----------------------------------------------------------------------
-
-_parsed: dict = {}
-
-
-def parse_traceparent(tp) -> SpanContext | None:
-    """The remote parent SpanContext of a W3C traceparent string, cached (one per client call)."""
-    sc = _parsed.get(tp)
-    if sc is None:
-        sc = dask_lives.parse_traceparent(tp)
-        if sc is None:
-            return None
-        if len(_parsed) > 4096:
-            _parsed.clear()
-        _parsed[tp] = sc
-    return sc
-
-
-def format_traceparent(sc: SpanContext) -> str:
-    return f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{int(sc.trace_flags):02x}"
+def context(trace_id: int, span_id: int, trace_state=None) -> SpanContext:
+    """A sampled local SpanContext (with its parent's tracestate, as the SDK gives a child span)."""
+    return SpanContext(trace_id, span_id, False, SAMPLED, trace_state)
 
 
 trace_of_group = dask_lives.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
