@@ -131,10 +131,10 @@ def configure(env: dict) -> None:
 
     from opentelemetry.propagators.composite import CompositePropagator
 
-    propagate = _propagate()
     value = (env.get("OTEL_PROPAGATORS") or "").strip()
-    if propagate is None or not value:
-        return  # the default (tracecontext,baggage), as opentelemetry.propagate built it
+    propagate = _propagate() if value else None
+    if propagate is None:
+        return  # the default (tracecontext,baggage), as opentelemetry.propagate builds it
     found = []
     for name in value.split(","):
         name = name.strip()

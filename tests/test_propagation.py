@@ -70,8 +70,8 @@ if __name__ == "__main__":
                     proc.terminate()
                     proc.wait(30)
         sc = span.get_span_context()
-        print(json.dumps({"pid": os.getpid(), "trace_id": format(sc.trace_id, "032x"), "span_id": format(sc.span_id, "016x"),
-                          "one": one, "many": many, "pooled": pooled, "wire": wire}))
+        print(json.dumps({"pid": os.getpid(), "trace_id": format(sc.trace_id, "032x"),
+                          "span_id": format(sc.span_id, "016x"), "one": one, "many": many, "pooled": pooled, "wire": wire}))
 '''
 
 

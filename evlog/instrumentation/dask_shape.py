@@ -122,8 +122,8 @@ class Shapes:
         if g is None:
             g = self._groups[group_span] = _Group(parent, group_span, prefix, group, tasks, nb)
         g.open += 1
-        self.batches[propagation.key(bc)] = _Batch(g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags),
-                                   index, size)
+        self.batches[propagation.key(bc)] = _Batch(
+            g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags), index, size)
 
     def ended(self, bc, key, span, state, compute, out: list, resource) -> None:
         """A task span of batch carrier ``bc`` went out; ``out`` gets the batch's and the group's spans
