@@ -221,7 +221,7 @@ def test_failed_call_is_an_error_span_and_the_exception_reaches_the_caller(pools
         assert span["status_code"] == "ERROR" and "ValueError" in span["status_message"]
         (event,) = [e for e in span["events"] if e["name"] == "exception"]
         assert event["attributes"]["exception.type"] == "ValueError"
-        assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frame is not shown
+        assert "observed/pools/context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frame is not shown
 
 
 def test_user_spans_in_a_task_nest_under_the_task_span(pools_run):
@@ -815,7 +815,7 @@ def test_a_failing_item_fails_its_chunk_span_and_raises_as_without_evlog(chunks_
         assert event["attributes"]["exception.type"] == "ValueError"
         assert event["attributes"]["evlog.pool.call.index"] == 4, api
         assert "fail_at_4" in event["attributes"]["exception.stacktrace"]
-        assert "_context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frames are not shown
+        assert "observed/pools/context.py" not in event["attributes"]["exception.stacktrace"]  # evlog's frames are not shown
 
 
 def test_a_chunks_timing_names_the_group_a_straggler_was_timed_in():

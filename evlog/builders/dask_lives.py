@@ -11,7 +11,8 @@ result died, the task ran again), so a task costs one span however long its resu
 Spans are built with the SDK's public types (ReadableSpan, Event, Resource, SpanContext).
 
 Records: evlog/wire/dask.py (kind ``dask.transition``); a big computation's batch and group spans
-are built here too (dask_shape.Shapes).
+are built here too (dask_shape.Shapes). A task's carrier (evlog.propagation) is read with the program's
+OTEL_PROPAGATORS, which the exporter process takes from the first hello (evlog.propagation.configure).
 """
 from __future__ import annotations
 
@@ -21,10 +22,10 @@ from collections import deque
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
+from evlog import propagation
 from evlog.builders import dask_memory
 from evlog.builders import dask_shape
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
-from evlog.tracecontext import parse_traceparent, trace_of_group  # noqa: F401 (trace_of_group: for the builders)
 from evlog.wire import dask as wire
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
@@ -47,7 +48,7 @@ class Lives:
         self._ended: deque = deque()  # (time it ended here, key, serial of the life)
         self._serial = 0
         self._removed: dict = {}  # stimulus id of a worker removal -> worker address
-        self._parents: dict = {}  # traceparent -> SpanContext
+        self._parents = propagation.Contexts()  # carrier -> (Context, parent SpanContext)
         self._names: dict = {}
         self._shapes = dask_shape.Shapes()
         self._held = dask_memory.Held(SCOPE)
@@ -141,26 +142,15 @@ class Lives:
         removed = self._removed
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)
 
-    def _parent(self, tp) -> SpanContext | None:
-        sc = self._parents.get(tp)
-        if sc is None:
-            sc = parse_traceparent(tp)
-            if sc is None:
-                return None
-            if len(self._parents) > 4096:
-                self._parents.clear()
-            self._parents[tp] = sc
-        return sc
-
     def _span(self, key, life: list):
-        _sn, (prefix, group, group_span, tp), trans, end, state, worker, deps, err, at_end = life
-        parent = self._parent(tp) if tp else None
+        _sn, (prefix, group, group_span, carrier), trans, end, state, worker, deps, err, at_end = life
+        parent = self._parents.get(carrier)[1] if carrier else None  # read with the program's propagators
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return None
             trace_id = parent.trace_id
         else:
-            trace_id = trace_of_group(group_span)
+            trace_id = wire.trace_of_group(group_span)
         name = self._names.get(prefix)
         if name is None:
             name = self._names[prefix] = f"dask.task {prefix}"

@@ -29,8 +29,9 @@ import random
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
+from evlog import propagation
+
 from evlog.builders.dask_spans import SCOPE, UNSET
-from evlog.tracecontext import parse_traceparent
 
 MAX_LINKS = 128  # links per group span to its batches, and to its erred tasks (the SDK's default limit)
 _getrandbits = random.getrandbits
@@ -65,25 +66,26 @@ class Shapes:
     """One scheduler's batches and groups, waiting for their tasks' spans (in the exporter process)."""
 
     def __init__(self):
-        self.batches: dict = {}  # batch traceparent -> _Batch
+        self.batches: dict = {}  # batch carrier's key (propagation.key) -> _Batch
         self._groups: dict = {}  # group span id -> _Group
 
     def add(self, shape) -> None:
-        btp, tp, group_span, prefix, group, index, nb, tasks, size = shape
-        parent, context = parse_traceparent(tp), parse_traceparent(btp)
+        bc, carrier, group_span, prefix, group, index, nb, tasks, size = shape
+        parent, context = propagation.read(carrier)[1], propagation.read(bc)[1]
         if parent is None or context is None:
             return
         g = self._groups.get(group_span)
         if g is None:
             g = self._groups[group_span] = _Group(parent, group_span, prefix, group, tasks, nb)
         g.open += 1
-        self.batches[btp] = _Batch(g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags),
-                                   index, size)
+        self.batches[propagation.key(bc)] = _Batch(
+            g, SpanContext(context.trace_id, context.span_id, False, context.trace_flags), index, size)
 
-    def ended(self, btp, key, span, state, compute, out: list, resource) -> None:
-        """A task span of batch ``btp`` went out; ``out`` gets the batch's and the group's spans once
-        all their tasks' spans are out."""
-        b = self.batches.get(btp)
+    def ended(self, bc, key, span, state, compute, out: list, resource) -> None:
+        """A task span of batch carrier ``bc`` went out; ``out`` gets the batch's and the group's spans
+        once all their tasks' spans are out."""
+        bk = propagation.key(bc) if type(bc) is dict else None
+        b = self.batches.get(bk)
         if b is None:
             return
         t0, t1 = span.start_time, span.end_time
@@ -101,15 +103,15 @@ class Shapes:
             g.erred.append(Link(span.context, {"dask.task.key": span.attributes.get("dask.task.key", str(key)),
                                                "exception.message": span.status.description or "erred"}))
         if len(b.keys) >= b.size:
-            self._close(btp, b, out, resource)
+            self._close(bk, b, out, resource)
 
     def flush(self, out: list, resource) -> None:
         """The final flush: every batch and group out, with what they have."""
-        for btp, b in list(self.batches.items()):
-            self._close(btp, b, out, resource)
+        for bk, b in list(self.batches.items()):
+            self._close(bk, b, out, resource)
 
-    def _close(self, btp, b: _Batch, out: list, resource) -> None:
-        del self.batches[btp]
+    def _close(self, bk, b: _Batch, out: list, resource) -> None:
+        del self.batches[bk]
         g = b.group
         group_ctx = SpanContext(g.parent.trace_id, g.span_id, False, g.parent.trace_flags)
         if b.start is not None:

@@ -415,6 +415,9 @@ def _settings(env: dict):
         from evlog import config
 
         os.environ.update(env)  # the program's view of the run (its owner made the run folder)
+        from evlog import propagation  # carriers in records are read with the program's OTEL_PROPAGATORS
+
+        propagation.configure(env)
         settings = config.load()
         config.set_current(settings)
         _current.append(settings)

@@ -89,21 +89,30 @@ def _service() -> str:
 
 
 def _join_parent_trace() -> None:
-    """A parent that passed TRACEPARENT (W3C) in the environment: this process continues its trace."""
-    tp = os.environ.get("TRACEPARENT")
-    if not tp:
+    """A parent that passed its context in the environment (TRACEPARENT, TRACESTATE and BAGGAGE, or the
+    variables of the propagators OTEL_PROPAGATORS names: B3 for b3, ...): this process continues its trace."""
+    env = os.environ
+    named = {p.strip().lower() for p in env.get("OTEL_PROPAGATORS", "").split(",") if p.strip()}
+    if named <= {"tracecontext", "baggage"} and not (env.get("TRACEPARENT") or env.get("BAGGAGE")):
+        return  # nothing to continue: no need to load the propagators (their entry points cost ~20 ms)
+    from opentelemetry import baggage, context
+
+    from evlog import propagation
+
+    carrier = propagation.from_environ(env)
+    if not carrier:
         return
-    from opentelemetry import context
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    carrier = {"traceparent": tp, "tracestate": os.environ.get("TRACESTATE", "")}
-    ctx = TraceContextTextMapPropagator().extract(carrier)
-    from opentelemetry import trace
-
-    if trace.get_current_span(ctx).get_span_context().is_valid:
+    ctx, parent = propagation.read(carrier)
+    if parent is not None or baggage.get_all(ctx):
         context.attach(ctx)
-    else:
-        notices.warn_once("traceparent", f"TRACEPARENT={tp!r} is not a valid W3C traceparent; ignoring it")
+    if parent is None and set(carrier) - {"tracestate", "baggage"}:
+        if "traceparent" in carrier:
+            notices.warn_once("traceparent", f"TRACEPARENT={carrier['traceparent']!r} is not a valid W3C "
+                              "traceparent; ignoring it")
+        else:
+            given = ", ".join(f"{propagation.env_name(k)}={v!r}" for k, v in sorted(carrier.items()))
+            notices.warn_once("traceparent", f"{given}: not a valid trace context for OTEL_PROPAGATORS="
+                              f"{env.get('OTEL_PROPAGATORS')!r}; ignoring it")
 
 
 def _instrument(settings) -> None:

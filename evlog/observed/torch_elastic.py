@@ -13,8 +13,9 @@ Telemetry (docs/conventions.md, section "torch elastic"):
   without torch's ``inspect.stack()``);
 - every metric point (``put_metric``, ``@prof``: all go through ``MetricStream.add_value``):
   ``torchelastic.{group}.{name}`` (evlog/bridge/metrics.py).
-Context: the agent writes the ``torchelastic.workers.start`` span's W3C ``TRACEPARENT`` into each
-worker's environment (``PContext.start``); evlog's start-up in the worker continues that trace.
+Context: the agent writes the ``torchelastic.workers.start`` span's context into each worker's
+environment (``PContext.start``) as the configured propagators write it (``TRACEPARENT``, ``TRACESTATE``,
+``BAGGAGE`` by default: evlog.propagation); evlog's start-up in the worker continues that trace.
 ``worker_start()`` gives a worker its ranks, role and run id as resource attributes.
 
 Each patch is installed by a post-import hook of the module that defines it, and every binding of a
@@ -346,12 +347,11 @@ def _restart_attrs(agent, worker_group, *args, **kwargs) -> dict:
 
 def _start_processes(wrapped, instance, args, kwargs):
     try:
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+        from evlog import propagation
 
-        carrier: dict = {}
-        TraceContextTextMapPropagator().inject(carrier)
+        carrier = propagation.inject()  # the configured propagators' fields: TRACEPARENT, TRACESTATE, BAGGAGE, ...
         if carrier:
-            extra = {k.upper(): v for k, v in carrier.items()}  # TRACEPARENT, TRACESTATE
+            extra = propagation.to_environ(carrier)  # read back by each worker's evlog start-up (boot)
             for env in instance.envs.values():
                 env.update(extra)
     except Exception as exc:

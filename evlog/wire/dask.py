@@ -5,11 +5,12 @@ Kind ``dask.transition`` (TRANSITIONS), from the scheduler's SchedulerPlugin, on
 ``(key, start, finish, stimulus_id, time, extra, info)``:
 - extra: finish processing -> the worker's address; memory/erred -> (worker, dependency keys, error
   (text, traceback) or None, nbytes, suspicious, seconds of compute or None); else None;
-- info: on a transition from released -> (prefix, group, Dask span id, traceparent carrier), else None.
+- info: on a transition from released -> (prefix, group, Dask span id, trace context carrier), else None;
+  a carrier is a dict of str written by the configured propagators (evlog/propagation.py).
 A worker removal seen on the scheduler is ``(None, None, None, stimulus_id, time, worker, None)``.
 A big computation's batch (evlog/observed/dask/shape.py) is a shape record
-``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch traceparent, client call's
-traceparent, group span id, prefix, group, batch index, batches in the group, tasks in the group,
+``(None, SHAPE, None, None, time, shape, None)``, shape = ``(batch carrier, client call's
+carrier, group span id, prefix, group, batch index, batches in the group, tasks in the group,
 tasks in the batch)``.
 
 Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
@@ -20,8 +21,22 @@ Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
   ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
 - a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
 """
+import random
+
 TRANSITIONS = "dask.transition"  # the scheduler's records' kind
 WORKER = "dask.worker"  # a worker's records' kind
 EXECUTE, TRANSFER = 0, 1  # the first field of a worker's record
 SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
 SCOPE_NAME = "evlog.dask"  # the instrumentation scope of every Dask span, event and metric
+
+
+def trace_of_group(span_id) -> int:
+    """A trace id for tasks with no carrier: from Dask's own span id (a uuid), shared by scheduler and
+    workers, so tasks of one Dask span still land in one trace (both sides derive it alike); random if
+    there is none."""
+    if span_id:
+        try:
+            return int(str(span_id).replace("-", ""), 16) & ((1 << 128) - 1) or 1
+        except ValueError:
+            pass
+    return random.getrandbits(128) or 1

@@ -22,7 +22,8 @@ T0 = 1000.0
 
 
 def info(prefix="inc", group="inc-5d1f", tp=TP, span=GROUP_SPAN):
-    return (prefix, group, span, tp)
+    """A life's info, its carrier as the default propagators (tracecontext) write it on the scheduler."""
+    return (prefix, group, span, {"traceparent": tp} if tp is not None else None)
 
 
 def ran(key=KEY, t=T0, worker=W1, tp=TP, deps=None, nbytes=28, suspicious=0, compute=0.25, group_span=GROUP_SPAN):

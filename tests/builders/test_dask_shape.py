@@ -16,14 +16,15 @@ from evlog.wire.dask import SHAPE
 RES = Resource({"service.name": "app", "dask.role": "scheduler"})
 TRACE = 0x0AF7651916CD43DD8448EB211C80319C
 CALL = 0xB7AD6B7169203331
-TP = f"00-{TRACE:032x}-{CALL:016x}-01"
+TP = {"traceparent": f"00-{TRACE:032x}-{CALL:016x}-01"}  # the client call's carrier (tracecontext)
 W1 = "tcp://127.0.0.1:40001"
 T0 = 1000.0
 
 
-def parse_traceparent(tp: str):
-    """A W3C traceparent's SpanContext, read by OpenTelemetry's own propagator (not evlog's parser)."""
-    return trace.get_current_span(TraceContextTextMapPropagator().extract({"traceparent": tp})).get_span_context()
+def parse_traceparent(carrier):
+    """A carrier's (or a W3C traceparent's) SpanContext, read by OpenTelemetry's own propagator."""
+    carrier = carrier if isinstance(carrier, dict) else {"traceparent": carrier}
+    return trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
 
 
 def ns(t: float) -> int:

@@ -6,8 +6,9 @@ of whatever span the program has open. For ``get`` (blocking) the span covers th
 computation; for the others it covers the submission, and the tasks' spans follow after it, as
 for any producer. Nested calls (``map`` in batches, ``compute`` calling ``get``) make one span.
 
-``Client._graph_to_futures``, where every one of them sends its graph, sends the W3C traceparent of
-the current span with the graph, on the wire only (dask_context): no task gets an annotation.
+``Client._graph_to_futures``, where every one of them sends its graph, sends the current context (the
+span, its tracestate and the baggage, as the configured propagators write them: evlog.propagation) with
+the graph, on the wire only (dask_context): no task gets an annotation.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from opentelemetry import context as _ctx
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from evlog import notices
+from evlog import notices, propagation
 
 from evlog.observed.dask import context as dc
 from evlog.observed.dask import spans as ds
@@ -81,7 +82,9 @@ def graph_to_futures(wrapped, instance, args, kwargs):
                 for first in keys:
                     span.set_attribute("dask.task.key", first if type(first) is str else str(first))
                     break
-            token = dc.sending(ds.format_traceparent(sc))
+            carrier = propagation.inject()  # the current span, its tracestate and baggage (OTEL_PROPAGATORS)
+            if carrier is not None:
+                token = dc.sending(carrier)
     except Exception as exc:
         token = None
         notices.warn_once("dask-carrier", f"a Dask graph goes out without its trace context: {exc!r}")

@@ -1,7 +1,9 @@
 """How a client call's trace context reaches the scheduler and the workers, with nothing Dask shows changed.
 
-The context (a W3C traceparent, ``CARRIER``) rides on the wire only, in the ``annotations`` field of
-two Dask messages, and the receiving process takes it off before Dask's handler sees the message:
+The context (a carrier, a dict of str written by the configured propagators: evlog.propagation; so the
+span, its tracestate and the baggage) rides on the wire only, under the key ``CARRIER`` in the
+``annotations`` field of two Dask messages, and the receiving process takes it off before Dask's handler
+sees the message:
 
 - client -> scheduler: ``Client._send_to_scheduler`` adds it to the global annotations of the
   ``update-graph`` message that ``Client._graph_to_futures`` sends (a copy; the client's own dicts stay
@@ -39,7 +41,7 @@ _submitted: ContextVar = ContextVar("evlog_dask_submitted", default=None)  # sch
 _carriers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # scheduler TaskState -> carrier
 
 
-def _with(annotations, tp):
+def _with(annotations, carrier):
     """A copy of a message's annotations (a dict, or Dask's ToPickle of one) with the carrier added."""
     data = getattr(annotations, "data", annotations)
     if data is None:
@@ -47,7 +49,7 @@ def _with(annotations, tp):
     if not isinstance(data, dict):
         return annotations
     new = dict(data)
-    new[CARRIER] = tp
+    new[CARRIER] = carrier
     return new if annotations is data or annotations is None else type(annotations)(new)
 
 
@@ -57,15 +59,15 @@ def _without(annotations):
     if not isinstance(data, dict) or CARRIER not in data:
         return None, annotations
     new = dict(data)
-    tp = new.pop(CARRIER)
-    return tp, (new if annotations is data else type(annotations)(new))
+    carrier = new.pop(CARRIER)
+    return carrier, (new if annotations is data else type(annotations)(new))
 
 
 # ---- client -------------------------------------------------------------------------------------
 
-def sending(tp):
-    """Client: the graph about to go out carries ``tp``; returns the token for ``sent``."""
-    return _sending.set(tp)
+def sending(carrier):
+    """Client: the graph about to go out carries ``carrier``; returns the token for ``sent``."""
+    return _sending.set(carrier)
 
 
 def sent(token) -> None:
@@ -74,12 +76,12 @@ def sent(token) -> None:
 
 def send_to_scheduler(wrapped, instance, args, kwargs):
     """``Client._send_to_scheduler``: an ``update-graph`` message sent while a carrier is set gets it."""
-    tp = _sending.get()
-    if tp is not None:
+    carrier = _sending.get()
+    if carrier is not None:
         try:
             msg = args[0] if args else kwargs["msg"]
             if type(msg) is dict and msg.get("op") == "update-graph" and "annotations" in msg:
-                msg["annotations"] = _with(msg["annotations"], tp)
+                msg["annotations"] = _with(msg["annotations"], carrier)
         except Exception as exc:
             notices.warn_once("dask-carrier", f"a Dask graph goes out without its trace context: {exc!r}")
     return wrapped(*args, **kwargs)
@@ -120,13 +122,13 @@ def restore_graphs(scheduler, originals: dict) -> None:
 
 
 def _take(kw: dict):
-    tp = None
+    carrier = None
     try:
         if "annotations" in kw:
-            tp, kw["annotations"] = _without(kw["annotations"])
+            carrier, kw["annotations"] = _without(kw["annotations"])
     except Exception as exc:
         notices.warn_once("dask-carrier-in", f"a Dask graph's trace context could not be read: {exc!r}")
-    return _submitted.set(tp)
+    return _submitted.set(carrier)
 
 
 def carry(scheduler, keys, group, split=None) -> list | None:
@@ -134,7 +136,7 @@ def carry(scheduler, keys, group, split=None) -> list | None:
     one that came with the graph; without one, ``group(tasks)`` makes one for them and returns it.
     ``split(tasks, carrier)`` may give the tasks of a big graph carriers of their own (dask_shape):
     then its records are returned."""
-    tp = _submitted.get()
+    carrier = _submitted.get()
     get = scheduler.tasks.get
     need = []
     for key in keys:
@@ -147,13 +149,13 @@ def carry(scheduler, keys, group, split=None) -> list | None:
         need.append(ts)
     if not need:
         return None
-    if tp is None:
-        tp = group(need)
-        if tp is None:
+    if carrier is None:
+        carrier = group(need)
+        if carrier is None:
             return None
-    shaped = split(need, tp) if split is not None else None
+    shaped = split(need, carrier) if split is not None else None
     if shaped is None:
-        _carriers.update(dict.fromkeys(need, tp))
+        _carriers.update(dict.fromkeys(need, carrier))
         return None
     by_task, records = shaped
     _carriers.update(by_task)
@@ -162,12 +164,12 @@ def carry(scheduler, keys, group, split=None) -> list | None:
 
 def carrier_of(ts):
     """The carrier of a scheduler TaskState, or None."""
-    tp = _carriers.get(ts)
-    if tp is None:
+    carrier = _carriers.get(ts)
+    if carrier is None:
         ann = ts.annotations
         if ann:
-            tp = ann.get(CARRIER)
-    return tp
+            carrier = ann.get(CARRIER)
+    return carrier
 
 
 def task_to_msg(wrapped, instance, args, kwargs):
@@ -175,9 +177,9 @@ def task_to_msg(wrapped, instance, args, kwargs):
     msg = wrapped(*args, **kwargs)
     try:
         ts = args[0] if args else kwargs["ts"]
-        tp = _carriers.get(ts)
-        if tp is not None and type(msg) is dict and "annotations" in msg:
-            msg["annotations"] = _with(msg["annotations"], tp)
+        carrier = _carriers.get(ts)
+        if carrier is not None and type(msg) is dict and "annotations" in msg:
+            msg["annotations"] = _with(msg["annotations"], carrier)
     except Exception as exc:
         notices.warn_once("dask-carrier-out", f"a Dask task goes to its worker without its trace context: {exc!r}")
     return msg
@@ -197,18 +199,18 @@ class WorkerCarriers:
 
     def received(self, kw: dict) -> None:
         try:
-            tp, kw["annotations"] = _without(kw.get("annotations"))
+            carrier, kw["annotations"] = _without(kw.get("annotations"))
             key = kw["key"]
         except Exception as exc:
             notices.warn_once("dask-carrier-in", f"a Dask task's trace context could not be read: {exc!r}")
             return
         by_key = self.by_key
-        if tp is None:
+        if carrier is None:
             by_key.pop(key, None)
             return
         if len(by_key) >= self._sweep_at:
             self._sweep()  # before this key goes in: the worker does not know it yet
-        by_key[key] = tp
+        by_key[key] = carrier
 
     def _sweep(self) -> None:
         worker = self._worker()

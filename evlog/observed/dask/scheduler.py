@@ -26,7 +26,7 @@ from operator import itemgetter
 from distributed.diagnostics.plugin import SchedulerPlugin
 from opentelemetry.trace import SpanKind
 
-from evlog import notices
+from evlog import notices, propagation
 from evlog.observed import events
 from evlog.observed import records
 
@@ -40,7 +40,7 @@ _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 
 def _info(ts) -> tuple | None:
-    """(prefix, group, Dask span id, traceparent carrier) of a task whose life begins."""
+    """(prefix, group, Dask span id, trace context carrier) of a task whose life begins."""
     if ts is None:
         return None
     tg = ts.group
@@ -124,7 +124,7 @@ class SchedulerRecorder(SchedulerPlugin):
         except Exception as exc:
             notices.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
 
-    def _group(self, client, need) -> str:
+    def _group(self, client, need) -> dict | None:
         from opentelemetry import context, trace
 
         tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
@@ -133,10 +133,10 @@ class SchedulerRecorder(SchedulerPlugin):
             attrs["dask.client.id"] = str(client)
         span = tracer.start_span("dask.compute", context.Context(), SpanKind.PRODUCER, attrs)
         span.end()
-        return ds.format_traceparent(span.get_span_context())
+        return propagation.inject(trace.set_span_in_context(span, context.Context()))
 
-    def _split(self, tasks: list, tp: str):
-        return dask_shape.split(tasks, tp, self.trace_tasks, self._time())
+    def _split(self, tasks: list, carrier: dict):
+        return dask_shape.split(tasks, carrier, self.trace_tasks, self._time())
 
     async def close(self):
         records.remove(self._log)

@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import random
 
-from evlog.tracecontext import parse_traceparent
+from opentelemetry.trace import NonRecordingSpan, SpanContext, set_span_in_context
+
+from evlog import propagation
 from evlog.wire.dask import SHAPE
 
 _getrandbits = random.getrandbits
 
 
-def split(tasks: list, tp: str, limit: int, now: float):
-    """``tasks`` (new TaskStates of one graph, all with carrier ``tp``) -> ``(carriers, records)``:
-    each task's batch carrier and one shape record per batch; None when the graph stays one trace."""
+def split(tasks: list, carrier: dict, limit: int, now: float):
+    """``tasks`` (new TaskStates of one graph, all with ``carrier``) -> ``(carriers, records)``: each
+    task's batch carrier (the batch span in the graph's context: its baggage and tracestate go on) and
+    one shape record per batch; None when the graph stays one trace."""
     if limit <= 0 or len(tasks) <= limit:
         return None
-    parent = parse_traceparent(tp)
+    ctx, parent = propagation.read(carrier)
     if parent is None or not parent.trace_flags.sampled:
         return None
-    flags = f"{int(parent.trace_flags):02x}"
     groups: dict = {}
     for ts in tasks:
         groups.setdefault(ts.group, []).append(ts)
@@ -36,11 +38,13 @@ def split(tasks: list, tp: str, limit: int, now: float):
         prefix = tg.prefix.name
         for b in range(nb):
             lo, hi = b * n // nb, (b + 1) * n // nb
-            btp = f"00-{_getrandbits(128) or 1:032x}-{_getrandbits(64) or 1:016x}-{flags}"
-            records.append((None, SHAPE, None, None, now, (btp, tp, group_span, prefix, tg.name, b, nb, n, hi - lo),
-                            None))
+            batch = SpanContext(_getrandbits(128) or 1, _getrandbits(64) or 1, True, parent.trace_flags,
+                                parent.trace_state)
+            bc = propagation.inject(set_span_in_context(NonRecordingSpan(batch), ctx))
+            records.append((None, SHAPE, None, None, now, (bc, carrier, group_span, prefix, tg.name, b, nb, n,
+                                                           hi - lo), None))
             for ts in members[lo:hi]:
-                carriers[ts] = btp
+                carriers[ts] = bc
     return carriers, records
 
 

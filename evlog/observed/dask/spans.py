@@ -11,13 +11,14 @@ import random
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from evlog import tracecontext
+from evlog import propagation
 from evlog.version import __version__
 from evlog.wire import dask as _wire
 
 SCOPE_NAME, VERSION = _wire.SCOPE_NAME, __version__  # the tracers' and meters' scope
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-CARRIER = "evlog.traceparent"  # the task annotation that carries the trace context
+CARRIER = "evlog.context"  # the annotation key of the trace context on the wire (a carrier: evlog.propagation)
+CONTEXTS = propagation.Contexts()  # carrier -> (Context, parent SpanContext): extracted once per client call
 _getrandbits = random.getrandbits
 
 
@@ -29,31 +30,12 @@ def new_trace_id() -> int:
     return _getrandbits(128) or 1
 
 
-def context(trace_id: int, span_id: int) -> SpanContext:
-    """A sampled local SpanContext."""
-    return SpanContext(trace_id, span_id, False, SAMPLED)
+def context(trace_id: int, span_id: int, trace_state=None) -> SpanContext:
+    """A sampled local SpanContext (with its parent's tracestate, as the SDK gives a child span)."""
+    return SpanContext(trace_id, span_id, False, SAMPLED, trace_state)
 
 
-# ---- parents: the carrier -----------------------------------------------------------------------
-
-_parsed: dict = {}
-
-
-def parse_traceparent(tp) -> SpanContext | None:
-    """The remote parent SpanContext of a W3C traceparent string, cached (one per client call)."""
-    sc = _parsed.get(tp)
-    if sc is None:
-        sc = tracecontext.parse_traceparent(tp)
-        if sc is None:
-            return None
-        if len(_parsed) > 4096:
-            _parsed.clear()
-        _parsed[tp] = sc
-    return sc
-
-
-format_traceparent = tracecontext.format_traceparent
-trace_of_group = tracecontext.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
+trace_of_group = _wire.trace_of_group  # shared by the scheduler's spans (built elsewhere) and the workers'
 
 
 def resource():

@@ -2,7 +2,8 @@
 
 ``Worker.execute`` (the coroutine that runs one task) is wrapped: the span context of the task's
 ``dask.execute {prefix}`` span (a new span id, child of the client call's span, whose context came with
-the task's compute-task message: dask_context) is current while it runs, so the executor thread that
+the task's compute-task message: dask_context) is current while it runs, in the client call's context
+(its baggage and tracestate, read by the configured propagators: evlog.propagation), so the executor thread that
 runs the task (Dask copies the context into it), the user's spans inside the task, and what Dask logs
 about the task (its "Compute Failed" error) are all in the task's trace. ``distributed.worker._run_task``
 (what the executor thread runs) is wrapped to call this process's consumers as the task starts and
@@ -45,7 +46,7 @@ _current_thread = threading.current_thread
 _getframe = sys._getframe
 _histogram: list = []  # the dask.task.duration instrument, made once per process
 _transferred = [0]  # bytes received from other workers by this process's workers (a counter)
-_parsed = ds._parsed  # traceparent -> parent SpanContext
+_context_of = ds.CONTEXTS.get  # carrier -> (Context, parent SpanContext), extracted once per distinct carrier
 
 
 def _ids(sc) -> tuple | None:
@@ -136,19 +137,19 @@ class WorkerRecorder:
         ts = worker.state.tasks.get(key)
         if ts is None:
             return None, None, None, None, 0
-        tp = self.carriers.get(key)
-        if tp is None:
+        carrier = self.carriers.get(key)
+        if carrier is None:
             ann = ts.annotations  # a carrier Dask kept as an annotation (the handler was not wrapped)
-            tp = ann.get(ds.CARRIER) if ann else None
-        parent = (_parsed.get(tp) or ds.parse_traceparent(tp)) if tp is not None else None
+            carrier = ann.get(ds.CARRIER) if ann else None
+        # the submitter's context (its baggage too) is the task's, with the execute span in it
+        base, parent = _context_of(carrier) if carrier is not None else (None, None)
         if parent is not None:
             if not parent.trace_flags.sampled:
                 return ts, None, parent, None, 0
-            trace_id = parent.trace_id
+            sc = ds.context(parent.trace_id, ds.new_span_id(), parent.trace_state)
         else:
-            trace_id = ds.trace_of_group(ts.span_id)
-        sc = ds.context(trace_id, ds.new_span_id())
-        token = _attach(_in_context(NonRecordingSpan(sc)))
+            sc = ds.context(ds.trace_of_group(ts.span_id), ds.new_span_id())
+        token = _attach(_in_context(NonRecordingSpan(sc), base))
         ss = ts.startstops
         n0 = len(ss)
         if n0 and not at_entry and ss[-1].get("action") == "disk-read":
@@ -208,9 +209,9 @@ class WorkerRecorder:
         for k in keys:
             ts = tasks.get(k)
             for dep in (ts.dependents if ts is not None else ()):
-                tp = carrier(dep.key)
-                if tp is not None:
-                    parent = ds.parse_traceparent(tp)
+                c = carrier(dep.key)
+                if c is not None:
+                    parent = _context_of(c)[1]
                     break
             if parent is not None:
                 break

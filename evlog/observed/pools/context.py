@@ -6,8 +6,9 @@ worker process, a ``multiprocessing.Process`` child), it runs ``fn`` inside one 
 current at submission, with that context attached, so the user's own spans nest under it.
 
 Threads get the submitter's whole OTel Context object. Processes get it by pickle: ``Task`` pickles
-as ``(fn, blob)``, the blob being ``(kind, (trace_id, span_id, flags, tracestate, baggage))`` pickled
-once per submitter context, and only when ``fn`` pickles, so an unpicklable function fails exactly as
+as ``(fn, blob)``, the blob being ``(kind, carrier)`` pickled once per submitter context (the carrier: a
+dict the configured propagators write, evlog.propagation, so span, tracestate and baggage as
+OTEL_PROPAGATORS says), and only when ``fn`` pickles, so an unpicklable function fails exactly as
 it would without evlog (the same exception from the same place). The process that runs the tasks
 keeps one Task per (function, blob): the items of one ``imap`` or ``map`` restore their context and
 name once. On failure the span gets ERROR status and the exception as an event, and the exception goes
@@ -32,13 +33,12 @@ import pickle
 import threading
 from types import BuiltinFunctionType, FunctionType
 
-from opentelemetry import baggage as _baggage
 from opentelemetry import context as _ctx
 from opentelemetry import trace
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import Status, StatusCode
 
-from evlog import notices
+from evlog import notices, propagation
 
 from evlog.observed.pools import taskspan as _taskspan
 
@@ -58,7 +58,7 @@ MACHINERY = ("concurrent.futures.", "multiprocessing.", "distributed.", "tornado
              "evlog.")
 _NOT_YET = object()
 _EMPTY = _ctx.Context()
-_last: tuple = (None, None)  # the last portable tuple restored, and its Context
+_last: tuple = (None, None)  # the last carrier restored, and its Context
 _attach, _detach, _get_current = _ctx.attach, _ctx.detach, _ctx.get_current
 _set_span = trace.set_span_in_context
 _Context = _ctx.Context
@@ -100,41 +100,23 @@ def is_machinery(fn) -> bool:
 
 
 def portable(ctx):
-    """A picklable form of an OTel Context: (trace_id, span_id, flags, tracestate, baggage) or None."""
-    if ctx is None or type(ctx) is tuple:
+    """A picklable form of an OTel Context: its carrier (the configured propagators' dict of str: the
+    span, tracestate and baggage), or None."""
+    if ctx is None or type(ctx) is dict:
         return ctx
-    span = trace.get_current_span(ctx)
-    sc = span.get_span_context() if span is not None else trace.INVALID_SPAN_CONTEXT
-    bag = _baggage.get_all(ctx)
-    if not sc.is_valid:
-        return (0, 0, 0, "", dict(bag)) if bag else None
-    state = sc.trace_state.to_header() if sc.trace_state else ""
-    return (sc.trace_id, sc.span_id, int(sc.trace_flags), state, dict(bag) if bag else None)
+    return propagation.inject(ctx)
 
 
 def restore(carried):
-    """The OTel Context for a portable tuple (the parent span as a remote span context)."""
+    """The OTel Context of a carrier (the parent span as a remote span context, and the baggage)."""
     global _last
     if carried is None:
         return _EMPTY
     last = _last
     if carried == last[0]:  # tasks of one submitter arrive in a row: one Context serves them all
         return last[1]
-    ctx = _restore(carried)
-    if carried[4] is None:
-        _last = (carried, ctx)
-    return ctx
-
-
-def _restore(carried):
-    trace_id, span_id, flags, state, bag = carried
-    ctx = _ctx.Context()
-    if trace_id:
-        sc = SpanContext(trace_id, span_id, True, TraceFlags(flags), TraceState.from_header([state]) if state else None)
-        ctx = _set_span(NonRecordingSpan(sc), ctx)
-    if bag:
-        for name, value in bag.items():
-            ctx = _baggage.set_baggage(name, value, ctx)
+    ctx = propagation.extract(carried)
+    _last = (carried, ctx)
     return ctx
 
 
@@ -181,7 +163,7 @@ class Task:
     def __init__(self, fn, kind: str, parent, carried=_NOT_YET, chunk: bool = False):
         self.fn = fn
         self.kind = kind
-        self.parent = parent  # an OTel Context (same process) or a portable tuple (after pickling)
+        self.parent = parent  # an OTel Context (same process) or its carrier (after pickling)
         self.carried = carried  # the pickled (kind, portable form), made once (imap pickles one Task per item)
         self.how = None  # (span name, attributes, start) once known
         self.chunk = chunk  # sent with chunks of items: a pool's chunk function runs each chunk in one span
