@@ -17,6 +17,7 @@ from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
 from evlog.wire import dask as wire
 
 KIND = wire.WORKER
+_TOP = wire.Execution.TOP.value
 EXECUTE, TRANSFER = wire.EXECUTE, wire.TRANSFER
 
 
@@ -40,7 +41,7 @@ class Executions:
 
 
 def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
-    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:13]
+    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:_TOP]  # wire.dask.Execution
     name = names.get(prefix) if names is not None else None
     if name is None:
         name = f"dask.execute {prefix}"
@@ -56,8 +57,8 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
     if thread is not None:
         attrs["thread.id"] = thread
         attrs["thread.name"] = thread_name
-    if len(rec) > 13 and rec[13]:  # issue 31: the task's hottest functions, from the worker's profiler
-        attrs["evlog.profile.top"] = rec[13]
+    if len(rec) > _TOP and rec[_TOP]:  # issue 31: the task's hottest functions, from the worker's profiler
+        attrs["evlog.profile.top"] = rec[_TOP]
     events = []
     lo, hi = start, stop
     for action, s0, s1, source in startstops:

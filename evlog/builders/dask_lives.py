@@ -57,16 +57,15 @@ class Lives:
         opened = self._open
         out: list = []
         for rec in batch:
-            key = rec[0]
-            if key is None:  # a worker removal, or a batch of a big computation
-                if rec[1] == wire.SHAPE:
-                    self._shapes.add(rec[5])
+            key, start, finish, stim, t, extra, info = rec  # the fields of wire.dask.Transition, in order
+            if key is None:  # a worker removal (extra: its address), or a batch of a big computation (extra: its shape)
+                if start == wire.SHAPE:
+                    self._shapes.add(extra)
                     continue
                 if len(self._removed) > 65536:
                     self._removed.clear()
-                self._removed[rec[3]] = rec[5]
+                self._removed[stim] = extra
                 continue
-            _key, start, finish, stim, t, extra, info = rec
             life = opened.get(key)
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1

@@ -120,20 +120,20 @@ def _topics(topic) -> list[str]:
 
 def record_transitions(items: Iterable[tuple]) -> None:
     """Keep scheduler transitions as the Dask instrumentation records them, ``(key, start, finish,
-    stimulus_id, time, extra, info)`` tuples (evlog.builders.dask_lives), in batches; made
+    stimulus_id, time, extra, info)`` tuples (evlog/wire/dask.py), in batches; made
     Transitions only when read. Records with no key (a worker's removal) are skipped then."""
     _transitions.extend(items)  # deque.extend is atomic under the GIL
 
 
 def _transition(t: tuple) -> Transition:
-    finish, extra = t[2], t[5]
+    key, start, finish, stimulus, time, extra, _info = t  # the fields of evlog.wire.dask.Transition
     if finish == "processing":
         worker = extra
     elif (finish == "memory" or finish == "erred") and extra is not None:
         worker = extra[0]
     else:
         worker = None
-    return Transition(t[0], t[1], finish, t[3], worker, t[4])
+    return Transition(key, start, finish, stimulus, worker, time)
 
 
 def story(*keys_or_stimuli: Any) -> list[Transition]:

@@ -22,12 +22,56 @@ Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
 - a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
 """
 import random
+from enum import IntEnum
 
 TRANSITIONS = "dask.transition"  # the scheduler's records' kind
 WORKER = "dask.worker"  # a worker's records' kind
 EXECUTE, TRANSFER = 0, 1  # the first field of a worker's record
 SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
 SCOPE_NAME = "evlog.dask"  # the instrumentation scope of every Dask span, event and metric
+
+
+class Transition(IntEnum):
+    """Fields of a ``dask.transition`` record (a worker removal and a shape record have KEY None)."""
+    KEY = 0
+    START = 1  # SHAPE in a shape record
+    FINISH = 2
+    STIMULUS = 3
+    TIME = 4
+    EXTRA = 5  # a removal: the worker; a shape record: the shape
+    INFO = 6
+
+
+class Execution(IntEnum):
+    """Fields of a worker's EXECUTE record."""
+    TAG = 0
+    KEY = 1
+    PREFIX = 2
+    TRACE_ID = 3
+    SPAN_ID = 4
+    PARENT = 5
+    START = 6
+    STOP = 7
+    THREAD = 8
+    THREAD_NAME = 9
+    ERROR = 10
+    STARTSTOPS = 11
+    ADDRESS = 12
+    TOP = 13
+
+
+class Transfer(IntEnum):
+    """Fields of a worker's TRANSFER record."""
+    TAG = 0
+    SOURCE = 1
+    KEYS = 2
+    NBYTES = 3
+    PARENT = 4
+    START = 5
+    STOP = 6
+    OK = 7
+    OUTCOME = 8
+    ADDRESS = 9
 
 
 def trace_of_group(span_id) -> int:

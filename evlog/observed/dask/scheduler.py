@@ -92,7 +92,7 @@ class SchedulerRecorder(SchedulerPlugin):
             else:
                 extra = None
             info = _info(self._tasks.get(key)) if start == "released" else None
-            self._append((key, start, finish, stimulus_id, self._time(), extra, info))
+            self._append((key, start, finish, stimulus_id, self._time(), extra, info))  # wire.dask.Transition
         except Exception as exc:  # never Dask's problem
             notices.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")
 

@@ -245,6 +245,7 @@ class WorkerRecorder:
                         s0, s1 = s0 - delay, s1 - delay
                     src = ss.get("source")
                     extra.append((str(action), float(s0), float(s1), str(src) if src else None))
+                # the fields of wire.dask.Execution and Transfer, in order
                 out.append((dx.EXECUTE, key, prefix, sc.trace_id, sc.span_id, _ids(parent), start, stop,
                             thread, thread_name, err, tuple(extra), address, top))
             else:
