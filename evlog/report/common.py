@@ -1,6 +1,8 @@
 """Small helpers the report's parts share: units, interval merging, process labels."""
 from __future__ import annotations
 
+from evlog.data.intervals import merge  # noqa: F401 (the report's modules take it from here)
+
 NS = 1_000_000_000
 STRAGGLER_RATIO = 5.0  # slower than this many times the median of its prefix ...
 STRAGGLER_MIN_S = 0.1  # ... and than this
@@ -23,16 +25,6 @@ def pct(x: float) -> str:
 
 def ms(s: float) -> str:
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
-
-
-def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(intervals):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
 
 
 def label(resource: dict) -> str:

@@ -9,6 +9,8 @@ per worker so a cluster of many threads stays readable).
 """
 from __future__ import annotations
 
+from evlog.data.intervals import merge
+
 import collections
 
 MAX_POINTS = 20_000  # per series: above, the steps are kept at the edges of equal time buckets
@@ -33,7 +35,7 @@ def saturation(rows: list[tuple], labels: dict, worker: str | None = None) -> li
         if worker and w != worker:
             continue
         busy[w][r[4] or ""].append((r[1], max(r[2], r[1])))
-    merged = {w: [iv for th in threads.values() for iv in _union(th)] for w, threads in busy.items()}
+    merged = {w: [iv for th in threads.values() for iv in merge(th)] for w, threads in busy.items()}
     nthreads = {w: max(1, len(threads)) for w, threads in busy.items()}
     dense = any(2 * len(iv) > DENSE_STEPS for iv in merged.values())
     if dense:
@@ -69,16 +71,6 @@ def saturation(rows: list[tuple], labels: dict, worker: str | None = None) -> li
         {"name": "evlog.processor.saturation", "title": "Processor saturation", "unit": "% of the worker's threads busy",
          "x": x, "series": psat, "steps": True, "downsampled": dense, "note": note, "max": 100, "per_worker": True},
     ]
-
-
-def _union(iv: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
-    for s, e in sorted(iv):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
 
 
 def _bucket_means(busy: dict[str, list[tuple[int, int]]]) -> tuple[list[int], list[tuple[str, list]]]:
