@@ -156,11 +156,13 @@ def test_b3_batch_carriers_of_a_split_computation_give_the_right_parents(tmp_pat
 
 def test_baggage_and_tracestate_travel_with_dask_and_pool_tasks(tmp_path):
     """The default propagators (tracecontext,baggage): the baggage set around client.submit and the trace's
-    tracestate are what the task sees in its worker process, for one task and for every task of a map (one
+    tracestate are what the task sees in its worker process (and the exported task spans carry the tracestate), for one task and for every task of a map (one
     extract per carrier serves them all), and in a ProcessPoolExecutor task."""
     with PlainReceiver() as r:
         out, _err = _run(tmp_path, r)
         _check_parents(r, out, ["probe-one"] + [f"probe-{i}" for i in range(12)])
+        exported = [s for _r, s in r.spans() if s.name.startswith(("dask.task probe", "dask.execute probe"))]
+        assert len(exported) == 26 and {s.trace_state for s in exported} == {"vendor=x"}  # as the SDK gives a child
         tasks = [out["one"]] + out["many"]
         assert len({res["worker"] for res in tasks}) == 2  # both worker processes
         for res in tasks + [out["pooled"]]:

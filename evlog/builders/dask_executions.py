@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
 from evlog.wire import dask as wire
@@ -21,8 +21,25 @@ _TOP = wire.Execution.TOP.value
 EXECUTE, TRANSFER = wire.EXECUTE, wire.TRANSFER
 
 
+_states: dict = {}  # tracestate header -> TraceState (one per client call)
+
+
+def _state(header):
+    """The TraceState of a parent's header (a record's 4th parent field; None: none)."""
+    if not header:
+        return None
+    ts = _states.get(header)
+    if ts is None:
+        if len(_states) > 4096:
+            _states.clear()
+        ts = _states[header] = TraceState.from_header([header])
+    return ts
+
+
 def _parent(p) -> SpanContext | None:
-    return SpanContext(p[0], p[1], True, TraceFlags(p[2])) if p is not None else None
+    if p is None:
+        return None
+    return SpanContext(p[0], p[1], True, TraceFlags(p[2]), _state(p[3]) if len(p) > 3 else None)
 
 
 class Executions:
@@ -76,10 +93,11 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
             ev["exception.stacktrace"] = tb
         events.append(Event("exception", ev, int(stop * 1e9)))
     events.sort(key=_timestamp)
+    parent_sc = _parent(parent)
     return ReadableSpan(
         name,
-        context=SpanContext(trace_id, span_id, False, SAMPLED),
-        parent=_parent(parent),
+        context=SpanContext(trace_id, span_id, False, SAMPLED, parent_sc.trace_state if parent_sc is not None else None),
+        parent=parent_sc,
         resource=resource,
         attributes=attrs,
         events=events,

@@ -191,7 +191,8 @@ class Lives:
             events.append(Event("exception", ev, int(end * 1e9)))
         return ReadableSpan(
             name,
-            context=SpanContext(trace_id, random.getrandbits(64) or 1, False, SAMPLED),
+            context=SpanContext(trace_id, random.getrandbits(64) or 1, False, SAMPLED,
+                                parent.trace_state if parent is not None else None),  # as the SDK gives a child
             parent=parent,
             resource=self.resource(),
             attributes=attrs,

@@ -50,7 +50,11 @@ _context_of = ds.CONTEXTS.get  # carrier -> (Context, parent SpanContext), extra
 
 
 def _ids(sc) -> tuple | None:
-    return (sc.trace_id, sc.span_id, int(sc.trace_flags)) if sc is not None else None
+    """A parent in a record: (trace_id, span_id, flags, tracestate header or None)."""
+    if sc is None:
+        return None
+    ts = sc.trace_state
+    return sc.trace_id, sc.span_id, int(sc.trace_flags), ts.to_header() if ts else None
 
 
 class LiveSpan:
