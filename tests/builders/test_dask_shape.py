@@ -3,6 +3,8 @@ real distributed TaskState objects and no scheduler), and the ``dask.batch`` / `
 its shape records and the tasks' transition records (dask_lives.Lives, in the exporter process)."""
 from __future__ import annotations
 
+import inspect
+
 from distributed.scheduler import TaskGroup, TaskPrefix, TaskState
 from opentelemetry.sdk.resources import Resource
 from opentelemetry import trace
@@ -27,6 +29,10 @@ def parse_traceparent(carrier):
     return trace.get_current_span(TraceContextTextMapPropagator().extract(carrier)).get_span_context()
 
 
+# distributed 2024.11 (the lowest pyproject allows) has no ``validate`` argument; 2026.8 requires it
+_VALIDATE = (False,) if "validate" in inspect.signature(TaskState.__init__).parameters else ()
+
+
 def ns(t: float) -> int:
     return int(t * 1e9)
 
@@ -36,7 +42,7 @@ def graph(prefix: str, n: int, group: str | None = None) -> list:
     tg = TaskGroup(group or f"{prefix}-abc", TaskPrefix(prefix))
     tasks = []
     for i in range(n):
-        ts = TaskState(f"{prefix}-abc-{i}", None, "released", tg, False)
+        ts = TaskState(f"{prefix}-abc-{i}", None, "released", tg, *_VALIDATE)
         ts.priority = (0, n - i)
         tasks.append(ts)
     return tasks
