@@ -82,6 +82,7 @@ def main() -> None:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     flag = " --quick" if args.quick else ""
     sections = {}
+    before = _existing_sections(args.output)
     for name in names:
         print(f"== {name}", flush=True)
         lines, status = run(name, args.quick, args.timeout)
@@ -91,7 +92,7 @@ def main() -> None:
         body = "\n".join(lines) if lines else "(no figures)"
         sections[name] = (
             f"## {name}\n\nGoal: {goal}.\nMeasured {now} by `python benchmarks/run_all.py{flag} {name}` "
-            f"(took {status}) on {machine()}.\n\n```\n{body}\n```\n"
+            f"(took {status}) on {machine()}.\n\n```\n{body}\n```\n" + _notes(before.get(name, ""))
         )
     # Re-read just before writing: sections of benchmarks not run now (or written meanwhile by another
     # run_all) are kept as they are.
@@ -107,6 +108,14 @@ def main() -> None:
     with open(args.output, "w") as fh:
         fh.write(text)
     print(f"wrote {args.output}")
+
+
+def _notes(section: str) -> str:
+    """The prose written under a section's figures (what they mean, the goals met or not): kept when its
+    figures are measured again, for whoever reruns it to bring up to date."""
+    parts = section.split("```\n", 2)
+    rest = parts[2].strip() if len(parts) == 3 else ""
+    return "\n" + rest + "\n" if rest else ""
 
 
 def _existing_sections(path: str) -> dict:
