@@ -26,6 +26,7 @@ from evlog import notices
 _hooks: dict = {}  # module name -> [(hook, settled), ...], until that module is imported
 _watched: set = set()  # names whose loader is wrapped even with no hook yet (watch())
 _executing: set = set()  # names whose wrapped loader is running: their hooks run at its end
+_made: set = set()  # names whose wrapped loader has run them (and taken their hooks)
 _hooks_lock = threading.RLock()
 _thread = threading.local()  # .importing: an outermost import is running in this thread; .held: settled hooks waiting for its end
 _finder = None
@@ -44,10 +45,17 @@ def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = 
             _finder = _Finder()
             sys.meta_path.insert(0, _finder)
         module = sys.modules.get(name)
-        if module is None or name in _executing:  # not imported, or half made: its loader runs the hook
+        if module is None or name in _executing or (name in _watched and name not in _made and _initializing(module)):
+            # not imported, or half made: its loader runs the hook (a watched module is in sys.modules, marked
+            # initializing, a moment before its wrapped loader starts: that moment counts as half made too)
             _hooks.setdefault(name, []).append((hook, settled or after_otel))
             return
     _run(hook, module, settled or after_otel)
+
+
+def _initializing(module) -> bool:
+    """Is the import system still making ``module`` (``__spec__._initializing``, CPython 3.4 to 3.14)?"""
+    return getattr(getattr(module, "__spec__", None), "_initializing", False) is True
 
 
 def watch(*names: str) -> None:
@@ -179,6 +187,7 @@ class _Loader:
             with _hooks_lock:  # one step: a hook registered from now on finds the module made
                 hooks = _hooks.pop(self.name, ())
                 _executing.discard(self.name)
+                _made.add(self.name)
             if hooks:
                 module = sys.modules.get(self.name, module)
                 parent, _, child = self.name.rpartition(".")
