@@ -27,6 +27,7 @@ waits for the program's; its reader does not.
 from __future__ import annotations
 
 import os
+import threading
 
 from evlog.wire.endpoint import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
 
@@ -348,6 +349,7 @@ class Pipeline:
         while t.is_alive() and time.monotonic() < clock.deadline():
             t.join(0.05)
         left = sum(s.held() for s in self.sinks or ())
+        _counted["pipelines"].add(id(self))
         if left:
             stats.incr("dropped.at_exit", left)
         if not t.is_alive():
@@ -641,6 +643,7 @@ def main() -> None:
             backlog.end(conn[0])
 
     next_id = 0
+    watchdog = None
     while True:
         for key, _mask in sel.select(0.25):
             if key.data == "control":
@@ -681,6 +684,8 @@ def main() -> None:
         now = time.monotonic()
         if terminated and closing_at is None:
             closing_at = now
+        if closing_at is not None and watchdog is None:
+            watchdog = _exit_watchdog(closing_at + LINGER + EXIT_TIMEOUT + 0.5, backlog, builder)
         if closing_at is not None and (not conns or now - closing_at > LINGER):
             break
     ended = host_samples.now()  # the host as the run ended, for the exporter's end sample (builder.host)
@@ -697,6 +702,7 @@ def main() -> None:
             sink.closing = True  # the export threads return after their batch
     builder.drain(clock)
     left = backlog.held()
+    _counted["backlog"] = True
     if left:
         stats.incr("dropped.at_exit", left)
         if not any(p.failing() for p in builder.pipelines):  # else the failing collector was the reason, said once
@@ -711,9 +717,47 @@ def main() -> None:
     if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
         _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
     _finish((*builder.pipelines, *_profile_pipes), clock)  # the task profiles' own pipeline beside the others
-    stats.incr("exporter.processes")
-    stats.write_process_line()
-    os._exit(0)
+    if _ending.acquire(blocking=False):  # else the watchdog is writing this process's last line
+        stats.incr("exporter.processes")
+        stats.write_process_line()
+        os._exit(0)
+    time.sleep(5)
+
+
+_ending = threading.Lock()  # the main thread's end or the watchdog's: one writes the last line
+_counted: dict = {"backlog": False, "pipelines": set()}  # what the main thread's end has counted as dropped
+
+
+def _exit_watchdog(at: float, backlog, builder):
+    """A thread that ends this process at ``at`` (monotonic) if the main thread has not: what is still
+    held is counted as dropped at exit and the stats line written, half a second before the launcher's
+    SIGKILL (wire.endpoint.end), so a slow end (a loaded machine, a huge backlog) loses nothing uncounted."""
+    import time
+
+    def run() -> None:
+        time.sleep(max(0.0, at - time.monotonic()))
+        if not _ending.acquire(blocking=False):
+            return  # the main thread is writing it
+        from evlog import stats
+
+        try:
+            left = sum(s.held() for p in (*builder.pipelines, *_profile_pipes) if id(p) not in _counted["pipelines"]
+                       for s in p.sinks or ())
+            if not _counted["backlog"]:
+                try:
+                    left += backlog.held()
+                except Exception:
+                    pass
+            if left:
+                stats.incr("dropped.at_exit", left)
+            stats.incr("exporter.processes")
+            stats.write_process_line()
+        finally:
+            os._exit(0)
+
+    t = threading.Thread(target=run, name="evlog-exit-watchdog", daemon=True)
+    t.start()
+    return t
 
 
 def _finish(pipelines, clock: ExitClock) -> None:
