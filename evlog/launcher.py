@@ -288,15 +288,16 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
     code = os.waitstatus_to_exitcode(status)
     if code < 0 and stats_file:
         started = _await_relay(stats_file, listener if started is None else None, env, started)
+    exporter_killed = False
     if started is not None:
         from evlog.wire import endpoint as exporter
 
-        exporter.end(*started)
+        exporter_killed = exporter.end(*started)
     if stats_file:
         try:
             from evlog.observed import run
 
-            sys.stderr.write(run.summary(stats_file, -code if code < 0 else None))
+            sys.stderr.write(run.summary(stats_file, -code if code < 0 else None, exporter_killed))
         except Exception as exc:
             sys.stderr.write(f"evlog: no summary ({exc})\n")
         if not stats_file.startswith("/proc/"):  # a memfd goes with the launcher

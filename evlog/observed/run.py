@@ -103,9 +103,10 @@ def write_info(settings, path: str | None) -> None:
     stats.append_line(path, info)
 
 
-def summary(path: str, killed_by: int | None = None) -> str:
+def summary(path: str, killed_by: int | None = None, exporter_killed: bool = False) -> str:
     """The one-paragraph summary from the stats file ('' when there is nothing to say); ``killed_by``:
-    the signal that ended the program, if one did."""
+    the signal that ended the program, if one did; ``exporter_killed``: the launcher had to kill the run's
+    exporter process at its time limit."""
     rows = stats.read_all(path)
     info = next((r for r in rows if r.get("info")), None)
     if info is None or not info.get("summary"):
@@ -132,6 +133,8 @@ def summary(path: str, killed_by: int | None = None) -> str:
         text += f"; {dropped:,} dropped (could not be exported)"
     if console_dropped:
         text += f"; {console_dropped:,} console lines dropped (the run's exporter process was gone or too far behind)"
+    if exporter_killed and not exporters:  # it could not count what it held: say so, uncounted
+        text += "; what the run's exporter process still held is dropped, uncounted (it was stopped at its time limit)"
     if killed_by and killed_by not in (signal.SIGTERM, signal.SIGINT):  # those two flush on the way out
         text += (f"; the program was killed by {signal.Signals(killed_by).name}: what it made since its "
                  f"last export (at most about 1 s) is lost")

@@ -66,9 +66,9 @@ def start(env: dict) -> tuple[str, int, int]:
     return addr, w, pid
 
 
-def end(control: int, pid: int) -> None:
+def end(control: int, pid: int) -> bool:
     """Close the control pipe of the exporter process ``pid`` and wait for its flush: it bounds its own
-    time (LINGER + EXIT_TIMEOUT); past that and a second more, it is killed."""
+    time (LINGER + EXIT_TIMEOUT); past that and a second more, it is killed (then True)."""
     import signal
     import time
 
@@ -77,12 +77,13 @@ def end(control: int, pid: int) -> None:
     while time.monotonic() < deadline:
         try:
             if os.waitpid(pid, os.WNOHANG)[0]:
-                return
+                return False
         except ChildProcessError:
-            return
+            return False
         time.sleep(0.02)
     try:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     except OSError:
         pass
+    return True
