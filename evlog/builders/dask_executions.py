@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from evlog.builders import sdk_rebuild
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
 from evlog.wire import dask as wire
 
@@ -21,19 +22,7 @@ _TOP = wire.Execution.TOP.value
 EXECUTE, TRANSFER = wire.EXECUTE, wire.TRANSFER
 
 
-_states: dict = {}  # tracestate header -> TraceState (one per client call)
-
-
-def _state(header):
-    """The TraceState of a parent's header (a record's 4th parent field; None: none)."""
-    if not header:
-        return None
-    ts = _states.get(header)
-    if ts is None:
-        if len(_states) > 4096:
-            _states.clear()
-        ts = _states[header] = TraceState.from_header([header])
-    return ts
+_state = sdk_rebuild.Cache().state  # tracestate header -> TraceState, made once (one per client call)
 
 
 def _parent(p) -> SpanContext | None:

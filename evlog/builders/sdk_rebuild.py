@@ -27,7 +27,7 @@ _UNSET = Status(StatusCode.UNSET)
 _FLAGS = {0: TraceFlags(0), 1: TraceFlags(1)}
 
 
-class _Cache:
+class Cache:
     """Scopes and trace states made once per distinct value."""
 
     def __init__(self):
@@ -66,7 +66,7 @@ class Spans:
 
     def __init__(self, resource):
         self.resource = resource  # callable -> the process's current Resource
-        self.cache = _Cache()
+        self.cache = Cache()
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         res = self.resource()
@@ -103,7 +103,7 @@ class Logs:
     def __init__(self, resource, logs):
         self.resource = resource
         self.logs = logs
-        self.cache = _Cache()
+        self.cache = Cache()
         self._contexts: dict = {}
 
     def _context(self, trace_id: int, span_id: int, flags: int):
@@ -190,7 +190,7 @@ class Metrics:
     def __init__(self, resource, metrics):
         self.resource = resource
         self.metrics = metrics
-        self.cache = _Cache()
+        self.cache = Cache()
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         if not batch:

@@ -6,7 +6,6 @@ configurator entry point (plain opentelemetry-instrument) and from evlog.configu
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 from evlog import config
@@ -202,7 +201,7 @@ def _gauges_timer() -> None:
         try:
             tracer_provider.real()
         except BaseException as exc:  # never a traceback of evlog's thread in the program's stderr
-            if threading.main_thread().is_alive() and not sys.is_finalizing():  # else it raced the exit: quiet
+            if not sdk.exiting():  # else it raced the exit: quiet
                 notices.warn_once("gauges-timer", f"the consumers' gauges could not be set up: {exc!r}")
 
     timer = threading.Timer(GAUGES_AFTER_S, build)
