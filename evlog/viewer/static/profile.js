@@ -5,6 +5,7 @@
 (function () {
   var $ = function (id) { return document.getElementById(id); };
   var shown = { label: null, sig: null };
+  var asked = 0;  // the latest request: an older answer (another worker's) is never drawn over a newer one
 
   function label(d) {
     var total = d.parent ? rootOf(d).value : d.value;
@@ -30,7 +31,9 @@
 
   EV.refreshProfile = function () {
     var params = { worker: EV.state.worker, label: shown.label };
+    var mine = ++asked;
     return EV.api("api/profile", params).then(function (p) {
+      if (mine !== asked) return;
       var section = $("profile-section");
       section.hidden = !p.labels.length;
       if (!p.labels.length) return;
@@ -42,8 +45,8 @@
           l.label + " (" + EV.duration(l.ms / 1000) + ")"));
       });
       $("profile-note").textContent = EV.num(p.samples) + " samples of " + p.label +
-        (EV.state.worker ? " on " + EV.state.worker : " on all workers") + "; click a frame to zoom in, the bottom one to zoom out.";
-      var sig = JSON.stringify([p.label, EV.state.worker, p.tree]);
+        (params.worker ? " on " + params.worker : " on all workers") + "; click a frame to zoom in, the bottom one to zoom out.";
+      var sig = JSON.stringify([p.label, params.worker, p.tree]);
       if (sig === shown.sig) return;  // unchanged: keep the reader's zoom
       shown.sig = sig;
       var el = $("flame");
