@@ -1,0 +1,89 @@
+"""The stock OTLP encoder's CPU per Dask task: the floor under the exporter process's CPU per task.
+
+For each task the exporter process builds a ``dask.task {prefix}`` span (6 attributes and, by default, one
+``transition`` event per scheduler transition: 6 for a task of ``client.map``, with start, finish,
+stimulus_id and the worker once it has one) and a ``dask.execute {prefix}`` span (5 attributes), as
+docs/conventions.md names them and a run of benchmarks/dask_overhead.py sends them. This times
+``opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans`` (what OTLPSpanExporter calls) and
+the serialization, over batches of 512 tasks, best of 7, for:
+- ``contract``: the spans as the exporter process makes them by default;
+- ``no_event_worker``: the transition events without ``dask.worker.address`` (the span has it);
+- ``no_transitions``: EVLOG_DASK_TRANSITIONS=false (no transition events).
+No ratio: there is no plain variant. Issue 28 asks the exporter process for at most 100 us per task in all.
+
+    python benchmarks/task_encoding.py
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+STORY = [("released", "waiting", "update-graph-1795700763.31", False),
+         ("waiting", "waiting", "update-graph-1795700763.31", False),
+         ("waiting", "queued", "update-graph-1795700763.31", False),
+         ("queued", "processing", "task-finished-1795700764.02", True),
+         ("processing", "memory", "task-finished-1795700764.05", True),
+         ("memory", "forgotten", "client-releases-keys-1795700765.2", True)]
+WORKER = "tcp://127.0.0.1:38495"
+
+
+def task_spans(n: int, events: bool, event_worker: bool) -> list:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import Event, ReadableSpan
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
+
+    scheduler = Resource({"service.name": "app", "host.name": "host", "process.pid": 4242, "dask.role": "scheduler",
+                          "evlog.run.id": "20261126T140000Z-4242"})
+    worker = Resource({"service.name": "app", "host.name": "host", "process.pid": 4243, "dask.role": "worker",
+                       "dask.worker.address": WORKER, "evlog.run.id": "20261126T140000Z-4242"})
+    scope = InstrumentationScope("evlog.dask", "0.1")
+    out = []
+    for i in range(n):
+        key = f"inc-{random.getrandbits(128):032x}"
+        t = time.time_ns()
+        task_ctx = SpanContext(random.getrandbits(128), random.getrandbits(64), False, TraceFlags(1))
+        evs = []
+        if events:
+            for k, (start, finish, stim, has_worker) in enumerate(STORY):
+                a = {"dask.transition.start": start, "dask.transition.finish": finish}
+                if has_worker and event_worker:
+                    a["dask.worker.address"] = WORKER
+                a["dask.stimulus_id"] = stim
+                evs.append(Event("transition", a, t + k * 1000))
+        out.append(ReadableSpan(
+            "dask.task inc", task_ctx, None, resource=scheduler, kind=SpanKind.INTERNAL, instrumentation_scope=scope,
+            attributes={"dask.task.key": key, "dask.task.prefix": "inc", "dask.task.group": "inc",
+                        "dask.task.state": "memory", "dask.worker.address": WORKER, "dask.task.nbytes": 28},
+            events=evs, start_time=t, end_time=t + 6000))
+        out.append(ReadableSpan(
+            "dask.execute inc", SpanContext(task_ctx.trace_id, random.getrandbits(64), False, TraceFlags(1)), task_ctx,
+            resource=worker, kind=SpanKind.INTERNAL, instrumentation_scope=scope,
+            attributes={"dask.task.key": key, "dask.task.prefix": "inc", "dask.worker.address": WORKER,
+                        "thread.id": 140408628692672, "thread.name": "1-Dask-Default-Threads-1994-0"},
+            start_time=t + 3000, end_time=t + 4000))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    batch, rounds = 512, 3 if args.quick else 7
+    for name, events, event_worker in (("contract", True, True), ("no_event_worker", True, False),
+                                       ("no_transitions", False, False)):
+        spans = task_spans(batch, events, event_worker)
+        best, size = float("inf"), 0
+        for _ in range(rounds):
+            t = time.process_time()
+            size = len(encode_spans(spans).SerializeToString())
+            best = min(best, time.process_time() - t)
+        print(f"task_encoding.{name}: {best / batch * 1e6:.0f} us CPU per task ({size / batch:.0f} bytes of protobuf; "
+              f"the stock encoder, batches of {batch} tasks, best of {rounds})")
+
+
+if __name__ == "__main__":
+    main()
