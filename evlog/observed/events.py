@@ -121,8 +121,12 @@ def _topics(topic) -> list[str]:
 def record_transitions(items: Iterable[tuple]) -> None:
     """Keep scheduler transitions as the Dask instrumentation records them, ``(key, start, finish,
     stimulus_id, time, extra, info)`` tuples (evlog/wire/dask.py), in batches; made
-    Transitions only when read. Records with no key (a worker's removal) are skipped then."""
-    _transitions.extend(items)  # deque.extend is atomic under the GIL
+    Transitions only when read. Records with no key (a worker's removal) are skipped then.
+
+    Kept without their ``info`` (a task's first record carries its trace carrier, a dict): a tuple holding a
+    dict stays in every collection of the garbage collector, and the ledger holds up to TRANSITIONS of
+    them in the scheduler's process, where Dask's own objects make each full collection long."""
+    _transitions.extend([t if t[6] is None else t[:6] + (None,) for t in items])  # atomic under the GIL
 
 
 def _transition(t: tuple) -> Transition:
