@@ -4,7 +4,8 @@ The observed process keeps the SDK's providers, so the user's span processors, s
 work as the SDK documents. What would be an exporter is, through the SDK's public interfaces:
 - ``SpanRecords``, a SpanProcessor: ``on_end`` turns the finished (sampled) span into a tuple of atoms
   (``span_record``) and appends it to a records source;
-- ``LogRecords``, a LogRecordProcessor: ``on_emit`` does the same with the log record (``log_record``);
+- ``LogRecords``, a LogRecordProcessor: ``on_emit`` appends the log record, which the shipping thread turns
+  into atoms (``log_record``);
 - ``MetricRecords``, a MetricExporter on the SDK's periodic reader: each collection becomes one record.
 The shipping thread (evlog.observed.records, every 0.5 s and at exit) writes them to the run's exporter
 process, which rebuilds them with the SDK's public constructors (evlog.builders.sdk_rebuild) and exports
@@ -121,8 +122,7 @@ def _dropped(s):
 
 
 def log_record(r, scopes: Scopes) -> tuple:
-    """An emitted SDK log record (ReadWriteLogRecord) -> its log record (in ``on_emit``, in the caller's
-    thread: a body or attributes the program changes afterwards are recorded as they were)."""
+    """An emitted SDK log record (ReadWriteLogRecord) -> its log record (in the shipping thread)."""
     lr = r.log_record
     sev = lr.severity_number
     flags = lr.trace_flags
@@ -175,25 +175,28 @@ def metrics_record(data, scopes: Scopes) -> tuple | None:
 
 
 class _Appender:
-    """``append(record)`` to this process's source of ``kind`` (made again in a forked child:
-    evlog.observed.records starts afresh there)."""
+    """``append(item)`` to this process's source of ``kind`` (made again in a forked child:
+    evlog.observed.records starts afresh there), its items converted by ``convert(items, scopes)`` in the
+    shipping thread when given."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, convert=None):
         self.kind = kind
+        self.convert = convert
         self._pid = -1
         self._append = None
 
-    def __call__(self, record) -> None:
+    def __call__(self, item) -> None:
         if self._pid != os.getpid():
-            self._append = records.source(self.kind).append
+            scopes, convert = Scopes(), self.convert
+            self._append = records.source(self.kind, convert=(lambda items: convert(items, scopes)) if convert else None).append
             self._pid = os.getpid()
-        self._append(record)
+        self._append(item)
 
 
-def _lost(what: str, exc: Exception) -> None:
-    """A span or log record the conversion failed on (a bug of evlog's): counted, said once, the program goes on."""
+def _lost(exc: Exception) -> None:
+    """A span the conversion failed on (a bug of evlog's): counted, said once, the program goes on."""
     stats.incr("dropped.unconvertible")
-    notices.warn_once(f"records-convert-{what}", f"a {what} could not be recorded and is dropped: {exc!r}")
+    notices.warn_once("records-convert-span", f"a span could not be recorded and is dropped: {exc!r}")
 
 
 class SpanRecords(SpanProcessor):
@@ -212,7 +215,7 @@ class SpanRecords(SpanProcessor):
             try:
                 record = span_record(span, self._scopes)
             except Exception as exc:
-                return _lost("span", exc)
+                return _lost(exc)
             self._append(record)
 
     def shutdown(self) -> None:
@@ -224,18 +227,15 @@ class SpanRecords(SpanProcessor):
 
 
 class LogRecords(LogRecordProcessor):
-    """Emitted log records -> this process's records, converted at once (as spans are)."""
+    """Emitted log records -> this process's records, converted in the shipping thread (not at once, as
+    spans are): a log record stays writable, and a processor the program adds after this one (a redaction)
+    changes what is exported, as with the SDK's BatchLogRecordProcessor."""
 
     def __init__(self):
-        self._append = _Appender(LOG)
-        self._scopes = Scopes()
+        self._append = _Appender(LOG, log_records)
 
-    def on_emit(self, emitted) -> None:
-        try:
-            record = log_record(emitted, self._scopes)
-        except Exception as exc:
-            return _lost("log record", exc)
-        self._append(record)
+    def on_emit(self, log_record) -> None:
+        self._append(log_record)
 
     def shutdown(self) -> None:
         pass
