@@ -8,7 +8,7 @@ for any producer. Nested calls (``map`` in batches, ``compute`` calling ``get``)
 
 ``Client._graph_to_futures``, where every one of them sends its graph, sends the current context (the
 span, its tracestate and the baggage, as the configured propagators write them: evlog.propagation) with
-the graph, on the wire only (dask_context): no task gets an annotation.
+the graph, on the wire only (context.py): no task gets an annotation.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def compute_call(method: str):
 
 
 def graph_to_futures(wrapped, instance, args, kwargs):
-    """``Client._graph_to_futures``: the graph goes out with the trace context (dask_context.send_to_scheduler
+    """``Client._graph_to_futures``: the graph goes out with the trace context (context.send_to_scheduler
     puts it in the message, not in anything the client or the scheduler keeps)."""
     token = None
     try:

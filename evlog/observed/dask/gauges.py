@@ -12,7 +12,7 @@ metric export): what Dask's dashboard draws, read from the same public objects.
 
 The callbacks run in the metric reader's thread and only read: the schedulers' workers and prefixes are
 copied before use, and a sample that meets a change under way (a dict resized by the event loop) is
-skipped; the next export reads it again. The scheduler side registers them (dask_scheduler.install_metrics).
+skipped; the next export reads it again. The scheduler side registers them (scheduler.install_metrics).
 """
 from __future__ import annotations
 

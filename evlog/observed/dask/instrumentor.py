@@ -5,18 +5,18 @@ Activated in every process that imports ``distributed`` (the bootstrap calls
 ``dask worker`` processes started under evlog-instrument are covered with no change to the app.
 
 What it produces (names in docs/conventions.md, section Dask):
-- client (dask_client): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; its
-  context goes out with the graph (dask_context);
-- scheduler (dask_scheduler, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
+- client (client.py): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; its
+  context goes out with the graph (context.py);
+- scheduler (scheduler.py, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
   ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers;
-- worker (dask_worker, a recorder per Worker, not a plugin, plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
+- worker (worker.py, a recorder per Worker, not a plugin, plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
   execution, the current span while the task runs; span ``dask.transfer`` per gather_dep; metrics
   dask.task.duration and dask.transfer.bytes;
 - everywhere: event ``dask.log_event`` (attribute dask.topic, body msg) for each log_event, in the
   process that published it; resource attributes dask.role, dask.worker.address, dask.worker.name.
 
 Context travels client -> scheduler -> worker in the ``update-graph`` and ``compute-task`` messages
-and nowhere Dask or its users can see it (dask_context: no task annotation); scheduler and worker spans are
+and nowhere Dask or its users can see it (context.py: no task annotation); scheduler and worker spans are
 children of the client's ``dask.compute`` span, and user spans inside a task are children of its
 ``dask.execute`` span. Hot paths only append tuples (evlog.observed.records); the run's exporter process builds
 the spans (dask_lives, dask_executions) and exports them.
