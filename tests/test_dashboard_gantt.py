@@ -333,7 +333,8 @@ def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(many_view, browser, tmp
     browser.goto(many_view)
     browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
     assert browser.js("document.getElementById('gantt').getAttribute('data-mode')") == "aggregated"
-    assert browser.js("EV.gantt.data.lanes.length") == 4
+    lanes = browser.js("EV.gantt.data.lanes")
+    assert len(lanes) == 4, lanes  # 2 workers x 2 threads (6 were seen once, under load: which, if again?)
     # the short tasks' bins hold almost no busy time, yet most drawn bins are dark
     busy = browser.js("(() => { const d = EV.gantt.data, m = d.prefixes.indexOf('inc'), v = [];"
                       "d.main.forEach((row, l) => row.forEach((p, j) => { if (p === m) v.push(d.busy[l][j]); }));"
