@@ -112,6 +112,7 @@ def span_record(s, scopes: Scopes) -> tuple:
 
 
 def span_records(spans, scopes: Scopes) -> list:
+    """Many spans' records (tests, and any batch of finished spans)."""
     return [span_record(s, scopes) for s in spans]
 
 
@@ -133,6 +134,7 @@ def log_record(r, scopes: Scopes) -> tuple:
 
 
 def log_records(logs, scopes: Scopes) -> list:
+    """The shipping thread's converter of log records."""
     return [log_record(r, scopes) for r in logs]
 
 
@@ -203,8 +205,9 @@ class SpanRecords(SpanProcessor):
     """Finished sampled spans -> this process's records, converted to atoms at once in the span's thread.
 
     At once, not later in the shipping thread: a finished span kept for up to 0.5 s holds some 40 objects
-    the garbage collector walks again and again; a loop of spans ran at 15 us a span converted at once
-    against 33 us kept for the shipping thread (benchmarks/user_spans.py)."""
+    the garbage collector walks again and again. A loop of spans in one process ran at 15 us a span
+    converted at once, 33 us kept for the shipping thread; benchmarks/user_spans.py went from 0.86 to 1.6
+    of the plain SDK's loop."""
 
     def __init__(self):
         self._append = _Appender(SPAN)
@@ -217,9 +220,6 @@ class SpanRecords(SpanProcessor):
             except Exception as exc:
                 return _lost(exc)
             self._append(record)
-
-    def shutdown(self) -> None:
-        pass
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         records.flush()
