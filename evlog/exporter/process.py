@@ -314,6 +314,10 @@ class Pipeline:
 
         return select.failing() or any(s.failing for s in self.sinks or ())
 
+    def held(self) -> int:
+        """Items its exporters have yet to send, all of them."""
+        return sum(s.held() for s in self.sinks or ())
+
     def behind(self) -> int:
         """Items waiting for the slowest exporter."""
         return max((s.held() for s in self.sinks or ()), default=0)
@@ -332,7 +336,6 @@ class Pipeline:
         import threading
         import time
 
-        from evlog import stats
 
         self._stop = True
         for sink in self.sinks or ():
@@ -348,10 +351,7 @@ class Pipeline:
         t.start()
         while t.is_alive() and time.monotonic() < clock.deadline():
             t.join(0.05)
-        left = sum(s.held() for s in self.sinks or ())
-        _counted["pipelines"].add(id(self))
-        if left:
-            stats.incr("dropped.at_exit", left)
+        _count_at_exit(self, self.held)
         if not t.is_alive():
             for sink in self.sinks or ():
                 try:
@@ -713,10 +713,8 @@ def main() -> None:
         for sink in p.sinks or ():
             sink.closing = True  # the export threads return after their batch
     builder.drain(clock)
-    left = backlog.held()
-    _counted["backlog"] = True
+    left = _count_at_exit(backlog, backlog.held)
     if left:
-        stats.incr("dropped.at_exit", left)
         if not any(p.failing() for p in builder.pipelines):  # else the failing collector was the reason, said once
             notices.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit "
                               "time limit; they are dropped and counted")
@@ -737,7 +735,27 @@ def main() -> None:
 
 
 _ending = threading.Lock()  # the main thread's end or the watchdog's: one writes the last line
-_counted: dict = {"backlog": False, "pipelines": set()}  # what the main thread's end has counted as dropped
+_counting = threading.Lock()
+_counted: set = set()  # ids of the backlog and pipelines whose leftovers are counted as dropped at exit
+
+
+def _count_at_exit(holder, held) -> int:
+    """Count what ``holder`` (the backlog, a pipeline) still holds, ``held()``, as dropped at exit, once:
+    its final pass, the main thread's end and the exit watchdog may each get there first. Under one lock,
+    also because stats.incr is not atomic across threads."""
+    from evlog import stats
+
+    with _counting:
+        if id(holder) in _counted:
+            return 0
+        _counted.add(id(holder))
+        try:
+            left = held()
+        except Exception:  # a spool file already closed: nothing more can be read of it
+            left = 0
+        if left:
+            stats.incr("dropped.at_exit", left)
+        return left
 
 
 def _exit_watchdog(at: float, backlog, builder):
@@ -753,16 +771,11 @@ def _exit_watchdog(at: float, backlog, builder):
         from evlog import stats
 
         try:
-            left = sum(s.held() for p in (*builder.pipelines, *_profile_pipes) if id(p) not in _counted["pipelines"]
-                       for s in p.sinks or ())
-            if not _counted["backlog"]:
-                try:
-                    left += backlog.held()
-                except Exception:
-                    pass
-            if left:
-                stats.incr("dropped.at_exit", left)
-            stats.incr("exporter.processes")
+            for p in (*builder.pipelines, *_profile_pipes):
+                _count_at_exit(p, p.held)
+            _count_at_exit(backlog, backlog.held)
+            with _counting:  # a count under way elsewhere ends first
+                stats.incr("exporter.processes")
             stats.write_process_line()
         finally:
             os._exit(0)
@@ -781,6 +794,8 @@ def _finish(pipelines, clock: ExitClock) -> None:
         t.start()
     for t in threads:
         t.join(clock.left() + 0.2)
+    for p in pipelines:  # a final pass that has not counted yet (a loaded machine) is counted here, once
+        _count_at_exit(p, p.held)
 
 
 def _bounded(fn, timeout_s: float, name: str) -> None:
