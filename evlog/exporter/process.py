@@ -714,10 +714,9 @@ def main() -> None:
             sink.closing = True  # the export threads return after their batch
     builder.drain(clock)
     left = _count_at_exit(backlog, backlog.held)
-    if left:
-        if not any(p.failing() for p in builder.pipelines):  # else the failing collector was the reason, said once
-            notices.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit "
-                              "time limit; they are dropped and counted")
+    if left and not any(p.failing() for p in builder.pipelines):  # else the failing collector was the reason, said once
+        notices.warn_once("exporter-exit", f"{left:,} records could not be built and exported within the exit "
+                          "time limit; they are dropped and counted")
     if backlog.dropped:
         stats.incr("dropped.spool_full", backlog.dropped)
     backlog.close()
