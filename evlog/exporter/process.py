@@ -336,7 +336,6 @@ class Pipeline:
         import threading
         import time
 
-
         self._stop = True
         for sink in self.sinks or ():
             sink.closing = True
