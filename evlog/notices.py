@@ -24,6 +24,12 @@ def warn_once(key: str, message: str) -> bool:
     return True
 
 
+def exiting() -> bool:
+    """The program is on its way out (its main thread has ended): no new thread can start, and a set-up
+    that failed for that reason is not worth a message."""
+    return sys.is_finalizing() or not threading.main_thread().is_alive()
+
+
 def repeats() -> dict[str, int]:
     """How many times each reported problem happened (first report included)."""
     with _lock:

@@ -201,7 +201,7 @@ def _gauges_timer() -> None:
         try:
             tracer_provider.real()
         except BaseException as exc:  # never a traceback of evlog's thread in the program's stderr
-            if not sdk.exiting():  # else it raced the exit: quiet
+            if not notices.exiting():  # else it raced the exit: quiet
                 notices.warn_once("gauges-timer", f"the consumers' gauges could not be set up: {exc!r}")
 
     timer = threading.Timer(GAUGES_AFTER_S, build)

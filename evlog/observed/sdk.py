@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 
 from evlog import stats
 from evlog import notices
@@ -137,7 +136,7 @@ class _LazyProvider:
                 route_sdk_logging()
                 made = BUILD[self.SIGNAL](build_resource(), self._settings)
             except Exception as exc:
-                if not exiting():  # else a build that raced the program's exit: nothing is left to go anywhere
+                if not notices.exiting():  # else a build that raced the program's exit: nothing is left to go anywhere
                     notices.warn_once(f"sdk-build-{self.SIGNAL}", f"the OpenTelemetry SDK for {self.SIGNAL} could "
                                       f"not be set up; this process's {self.SIGNAL} go nowhere: {exc!r}")
                 made = _load(self.NOOP)()
@@ -216,16 +215,11 @@ API = {
 }
 
 
-def exiting() -> bool:
-    """The program is on its way out (its main thread has ended): no new thread can start."""
-    return sys.is_finalizing() or not threading.main_thread().is_alive()
-
-
 def _call(fn, provider) -> None:
     try:
         fn(provider)
     except Exception as exc:
-        if exiting():
+        if notices.exiting():
             return  # a build that raced the program's exit (no new thread then): nothing is left to set up for
         notices.warn_once(f"when-built-{getattr(fn, '__name__', fn)}", f"set-up with the SDK failed: {exc!r}")
 

@@ -55,9 +55,6 @@ def install_default(settings, tracer_provider=None, meter_provider=None):
         gauges.register(source, names, meter_provider)
         return log
     except Exception as exc:
-        import sys
-        import threading
-
-        if not (sys.is_finalizing() or not threading.main_thread().is_alive()):  # else it raced the program's exit
+        if not notices.exiting():  # else it raced the program's exit
             notices.warn_once("consumers-install", f"the default consumers could not be installed: {exc!r}")
         return None
