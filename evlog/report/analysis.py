@@ -10,11 +10,12 @@ from __future__ import annotations
 import statistics
 
 from evlog.data.exception_text import split_exception
+from evlog.data.intervals import merge
 from evlog.data.panels.metadata import metadata_graphs  # the dashboard's own x-axis rules
 
 from . import groups, profile
 from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
-                     label, merge, ms, pct, process_name, secs)
+                     label, ms, pct, process_name, secs)
 from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:

@@ -1,7 +1,5 @@
-"""Small helpers the report's parts share: units, interval merging, process labels."""
+"""Small helpers the report's parts share: units, process labels (interval merging: evlog.data.intervals)."""
 from __future__ import annotations
-
-from evlog.data.intervals import merge  # noqa: F401 (the report's modules take it from here)
 
 NS = 1_000_000_000
 STRAGGLER_RATIO = 5.0  # slower than this many times the median of its prefix ...

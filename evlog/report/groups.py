@@ -9,7 +9,8 @@ import statistics
 
 from evlog.data.exception_text import split_exception
 
-from .common import MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, merge, ms
+from .common import MAX_LISTED, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, label, ms
+from .model import union_ns
 
 POOL_SPANS = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
 CHUNK_SPANS = ("futures.chunk", "multiprocessing.chunk")
@@ -129,10 +130,10 @@ def pools(spans: list[dict]) -> dict | None:
     for r in rows:
         key = (label(r["resource"]), str(r["attributes"].get("thread.name") or ""))
         calls[key] = calls.get(key, 0) + calls_of[id(r)].count
+    busy_ns = {key: union_ns(iv) for key, iv in busy.items()}
     workers = [{"process": p, "thread": th, "calls": calls[(p, th)],
-                "busy_s": round(sum(e - s for s, e in merge(iv)) / NS, 6),
-                "utilisation": round(sum(e - s for s, e in merge(iv)) / span, 4)}
-               for (p, th), iv in sorted(busy.items())]
+                "busy_s": round(b / NS, 6), "utilisation": round(b / span, 4)}
+               for (p, th), b in sorted(busy_ns.items())]
     advice = []
     for fn, ds in alone.items():  # calls sent one at a time: each pays the pool's own cost per call
         if len(ds) >= 1000 and statistics.median(ds) < 0.001:

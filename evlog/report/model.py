@@ -11,7 +11,8 @@ the compute span of its trace, else to a computation of its own trace.
 """
 from __future__ import annotations
 
-from evlog.report.common import NS, merge
+from evlog.data.intervals import merge
+from evlog.report.common import NS
 
 _FINAL = ("memory", "erred")
 _READY = ("processing", "queued", "no-worker")
