@@ -2,7 +2,7 @@
 
 The worker side (evlog/observed/dask/worker.py) records each execution and each fetch of dependencies as
 a tuple of atoms and ships it (evlog.observed.records); the run's exporter process turns them into spans
-here, with the SDK's public types.
+here (SpanData, evlog/builders/span_data.py).
 
 Records: evlog/wire/dask.py (kind ``dask.worker``).
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import random
 
-from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from evlog.builders import sdk_rebuild
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
+from evlog.builders.span_data import SpanData, SpanEvent
 from evlog.wire import dask as wire
 
 KIND = wire.WORKER
@@ -46,7 +46,7 @@ class Executions:
         return out
 
 
-def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
+def execute_span(rec, resource, names: dict | None = None) -> SpanData:
     _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:_TOP]  # wire.dask.Execution
     name = names.get(prefix) if names is not None else None
     if name is None:
@@ -72,7 +72,7 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
         ev = {"dask.startstop.duration": float(s1 - s0)}
         if source:
             ev["dask.transfer.source"] = source
-        events.append(Event(action, ev, int(s0 * 1e9)))
+        events.append(SpanEvent(action, int(s0 * 1e9), ev))
     status = UNSET
     if err is not None:
         text, tb = err
@@ -80,10 +80,10 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
         ev = {"exception.message": text}
         if tb:
             ev["exception.stacktrace"] = tb
-        events.append(Event("exception", ev, int(stop * 1e9)))
+        events.append(SpanEvent("exception", int(stop * 1e9), ev))
     events.sort(key=_timestamp)
     parent_sc = _parent(parent)
-    return ReadableSpan(
+    return SpanData(
         name,
         context=SpanContext(trace_id, span_id, False, SAMPLED, parent_sc.trace_state if parent_sc is not None else None),
         parent=parent_sc,
@@ -98,7 +98,7 @@ def execute_span(rec, resource, names: dict | None = None) -> ReadableSpan:
     )
 
 
-def transfer_span(rec, resource) -> ReadableSpan:
+def transfer_span(rec, resource) -> SpanData:
     _, source, keys, nbytes, parent, t0, t1, ok, outcome, address = rec
     parent_sc = _parent(parent)
     attrs = {
@@ -107,7 +107,7 @@ def transfer_span(rec, resource) -> ReadableSpan:
         "dask.task.key": str(keys[0]) if keys else "",
         "dask.worker.address": address,
     }
-    return ReadableSpan(
+    return SpanData(
         "dask.transfer",
         context=SpanContext(parent_sc.trace_id if parent_sc is not None else random.getrandbits(128) or 1,
                             random.getrandbits(64) or 1, False, SAMPLED),
@@ -122,5 +122,5 @@ def transfer_span(rec, resource) -> ReadableSpan:
     )
 
 
-def _timestamp(ev: Event) -> int:
+def _timestamp(ev: SpanEvent) -> int:
     return ev.timestamp

@@ -8,7 +8,7 @@ client lets go) still join the same span as events, for GRACE seconds or until t
 later ones start a new life, which is exported only if something happened in it (a worker holding the
 result died, the task ran again), so a task costs one span however long its result lives.
 
-Spans are built with the SDK's public types (ReadableSpan, Event, Resource, SpanContext).
+Spans are SpanData (evlog/builders/span_data.py), with the SDK's public SpanContext and Status.
 
 Records: evlog/wire/dask.py (kind ``dask.transition``); a big computation's batch and group spans
 are built here too (dask_shape.Shapes). A task's carrier (evlog.propagation) is read with the program's
@@ -19,13 +19,13 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog import propagation
 from evlog.builders import dask_memory
 from evlog.builders import dask_shape
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
+from evlog.builders.span_data import SpanData, SpanEvent
 from evlog.wire import dask as wire
 
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
@@ -180,7 +180,7 @@ class Lives:
                 if w:
                     ev["dask.worker.address"] = w
                 ev["dask.stimulus_id"] = stim or ""
-                events.append(Event("transition", ev, int(t * 1e9)))
+                events.append(SpanEvent("transition", int(t * 1e9), ev))
         status = UNSET
         if state == "erred":
             text, tb = err or ("erred", "")
@@ -188,8 +188,8 @@ class Lives:
             ev = {"exception.message": text}
             if tb:
                 ev["exception.stacktrace"] = tb
-            events.append(Event("exception", ev, int(end * 1e9)))
-        return ReadableSpan(
+            events.append(SpanEvent("exception", int(end * 1e9), ev))
+        return SpanData(
             name,
             context=SpanContext(trace_id, random.getrandbits(64) or 1, False, SAMPLED,
                                 parent.trace_state if parent is not None else None),  # as the SDK gives a child

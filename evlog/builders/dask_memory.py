@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import random
 
-from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
+from evlog.builders.span_data import SpanData, SpanEvent
 
 SPAN = "dask.worker.memory"  # span name and span event name (docs/conventions.md, section Dask)
 NBYTES = "dask.worker.nbytes"
@@ -70,9 +71,9 @@ class Held:
             trace = self._trace.get(worker)
             if trace is None:
                 trace = self._trace[worker] = random.getrandbits(128) or 1
-            out.append(ReadableSpan(
+            out.append(SpanData(
                 SPAN, SpanContext(trace, random.getrandbits(64) or 1, False, _SAMPLED), parent=None,
                 resource=resource, attributes={"dask.worker.address": worker, NBYTES: points[-1][1]},
-                events=[Event(SPAN, {NBYTES: n}, t) for t, n in points], links=(), kind=SpanKind.INTERNAL,
+                events=[SpanEvent(SPAN, t, {NBYTES: n}) for t, n in points], links=(), kind=SpanKind.INTERNAL,
                 status=_UNSET, start_time=points[0][0], end_time=points[-1][0], instrumentation_scope=self.scope))
         return out

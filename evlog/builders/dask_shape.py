@@ -17,8 +17,8 @@ The split is decided on the scheduler, where the carrier of each task is made (`
 evlog/observed/dask/shape.py): a task's carrier names its batch span instead of the client call's span, and the
 worker puts the execution in the batch's trace from it as before. The scheduler also records one
 shape record per batch; the exporter process (dask_lives.Lives) hands them to ``Shapes``, which
-builds the batch and group spans once all their tasks' spans are out (or at the final flush), with the
-SDK's public types.
+builds the batch and group spans once all their tasks' spans are out (or at the final flush), as
+SpanData (evlog/builders/span_data.py).
 
 The shape record: evlog/wire/dask.py.
 """
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import random
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog import propagation
 
 from evlog.builders.dask_spans import SCOPE, UNSET
+from evlog.builders.span_data import SpanData, SpanLink
 
 MAX_LINKS = 128  # links per group span to its batches, and to its erred tasks (the SDK's default limit)
 _getrandbits = random.getrandbits
@@ -49,8 +49,8 @@ class _Group:
         self.start = self.end = None
         self.states: dict = {}  # final state -> tasks
         self.compute: list = []  # seconds of compute of each task that ran
-        self.erred: list = []  # Links to erred tasks' spans (up to MAX_LINKS)
-        self.links: list = []  # Links to the batch spans (up to MAX_LINKS)
+        self.erred: list = []  # SpanLinks to erred tasks' spans (up to MAX_LINKS)
+        self.links: list = []  # SpanLinks to the batch spans (up to MAX_LINKS)
 
 
 class _Batch:
@@ -100,7 +100,7 @@ class Shapes:
         if compute is not None:
             g.compute.append(compute)
         if state == "erred" and len(g.erred) < MAX_LINKS:
-            g.erred.append(Link(span.context, {"dask.task.key": span.attributes.get("dask.task.key", str(key)),
+            g.erred.append(SpanLink(span.context, {"dask.task.key": span.attributes.get("dask.task.key", str(key)),
                                                "exception.message": span.status.description or "erred"}))
         if len(b.keys) >= b.size:
             self._close(bk, b, out, resource)
@@ -115,16 +115,16 @@ class Shapes:
         g = b.group
         group_ctx = SpanContext(g.parent.trace_id, g.span_id, False, g.parent.trace_flags)
         if b.start is not None:
-            out.append(ReadableSpan(
+            out.append(SpanData(
                 f"dask.batch {g.prefix}", context=b.context, parent=None, resource=resource,
                 attributes={"dask.task.prefix": g.prefix, "dask.task.group": g.group, "dask.batch.index": b.index,
                             "dask.batch.tasks": len(b.keys), "dask.group.batches": g.batches},
-                links=(Link(group_ctx),), kind=SpanKind.INTERNAL, status=UNSET,
+                links=(SpanLink(group_ctx),), kind=SpanKind.INTERNAL, status=UNSET,
                 start_time=b.start, end_time=b.end, instrumentation_scope=SCOPE))
             g.start = b.start if g.start is None or b.start < g.start else g.start
             g.end = b.end if g.end is None or b.end > g.end else g.end
             if len(g.links) < MAX_LINKS:
-                g.links.append(Link(b.context, {"dask.batch.index": b.index}))
+                g.links.append(SpanLink(b.context, {"dask.batch.index": b.index}))
         g.open -= 1
         if g.open <= 0:
             self._groups.pop(g.span_id, None)
@@ -132,7 +132,7 @@ class Shapes:
                 out.append(_group_span(g, group_ctx, resource))
 
 
-def _group_span(g: _Group, context, resource) -> ReadableSpan:
+def _group_span(g: _Group, context, resource) -> SpanData:
     attrs = {"dask.task.prefix": g.prefix, "dask.task.group": g.group, "dask.group.tasks": g.tasks,
              "dask.group.batches": g.batches}
     for state, n in g.states.items():
@@ -146,7 +146,7 @@ def _group_span(g: _Group, context, resource) -> ReadableSpan:
                       "dask.group.compute.p95": _rank(xs, 95)})
     erred = g.states.get("erred", 0)
     status = Status(StatusCode.ERROR, f"{erred} of {g.tasks} tasks erred") if erred else UNSET
-    return ReadableSpan(
+    return SpanData(
         f"dask.group {g.prefix}", context=context, parent=g.parent, resource=resource, attributes=attrs,
         links=tuple(g.links) + tuple(g.erred), kind=SpanKind.INTERNAL, status=status,
         start_time=g.start, end_time=g.end, instrumentation_scope=SCOPE)

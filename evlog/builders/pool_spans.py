@@ -1,9 +1,9 @@
-"""Pool task records -> SDK spans (in the run's exporter process).
+"""Pool task records -> spans (SpanData, in the run's exporter process).
 
 A pool task's span (``futures.task {function}``, ``multiprocessing.task {function}`` and their chunk
 forms) is recorded in the process that ran it (observed/pools/taskspan.py, ``TaskSpan.end``) as one
 tuple of atoms (its fields: evlog.wire.otel.PoolTask).
-Here it becomes a ``ReadableSpan`` with the process's resource (from its hello).
+Here it becomes a ``SpanData`` (evlog/builders/span_data.py) with the process's resource (from its hello).
 """
 from __future__ import annotations
 

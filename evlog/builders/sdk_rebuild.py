@@ -1,9 +1,10 @@
 """The user's spans, log records and metrics, rebuilt in the run's exporter process from their records.
 
 The observed processes hand what their SDK providers make to evlog.observed.records as tuples of atoms
-(evlog/observed/sdk_records.py; their fields are named in evlog/wire/otel.py). Here each becomes the SDK object an
-exporter takes, through the SDK's public constructors (ReadableSpan, ReadableLogRecord with the API's
-LogRecord, MetricsData and its parts), with the sending process's current resource (from its hello).
+(evlog/observed/sdk_records.py; their fields are named in evlog/wire/otel.py). Here each becomes what the
+exporter process exports, with the sending process's current resource (from its hello): spans become
+SpanData (evlog/builders/span_data.py); log records and metrics the SDK objects an exporter takes, through
+the SDK's public constructors (ReadableLogRecord with the API's LogRecord, MetricsData and its parts).
 Builders of the exporter process (``feed(records, now, final)``, see evlog/exporter/process.py): spans
 are returned for the span pipeline; log records and metrics go to their pipelines (``logs``, ``metrics``).
 """
@@ -16,14 +17,14 @@ from opentelemetry.sdk.metrics import Exemplar
 from opentelemetry.sdk.metrics.export import (AggregationTemporality, Buckets, ExponentialHistogram,
                                               ExponentialHistogramDataPoint, Gauge, Histogram, HistogramDataPoint,
                                               Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
-from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
+
+from evlog.builders.span_data import NO_ATTRIBUTES, UNSET, SpanData, SpanEvent, SpanLink, bounded
 
 from evlog.wire.kinds import OTEL_LOG as LOG, OTEL_METRICS as METRICS, OTEL_SPAN as SPAN
 
 KINDS = (SPAN, LOG, METRICS)
-_UNSET = Status(StatusCode.UNSET)
 _FLAGS = {0: TraceFlags(0), 1: TraceFlags(1)}
 
 
@@ -62,7 +63,7 @@ def _flags(f: int) -> TraceFlags:
 
 
 class Spans:
-    """One process's span records -> ReadableSpans."""
+    """One process's span records -> SpanData (what the SDK's limits dropped is carried as counts)."""
 
     def __init__(self, resource):
         self.resource = resource  # callable -> the process's current Resource
@@ -76,23 +77,24 @@ class Spans:
              status, dropped) in batch:  # the fields of evlog.wire.otel.Span, in order
             if parent is not None:
                 parent = SpanContext(parent[0], parent[1], parent[3], _flags(parent[2]))
-            events = [Event(n, a, t) for n, a, t in events] if events else ()
-            links = [Link(SpanContext(t, s, r, _flags(f)), a) for t, s, f, a, r in links] if links else ()
-            if dropped is not None:  # what the SDK's limits dropped, as the SDK's own span reports it
-                attrs, events, links = _bounded(attrs, dropped[0]), _listed(events, dropped[1]), _listed(links, dropped[2])
-            out.append(ReadableSpan(
+            events = [SpanEvent(n, t, a) for n, a, t in events] if events else ()
+            links = [SpanLink(SpanContext(t, s, r, _flags(f)), a) for t, s, f, a, r in links] if links else ()
+            out.append(SpanData(
                 name,
                 context=SpanContext(trace_id, span_id, False, _flags(flags), cache.state(state)),
                 parent=parent,
                 resource=res,
-                attributes=attrs,
+                attributes=attrs if attrs is not None else NO_ATTRIBUTES,
                 events=events,
                 links=links,
                 kind=SpanKind(kind),
-                status=Status(StatusCode(status[0]), status[1]) if status is not None else _UNSET,
+                status=Status(StatusCode(status[0]), status[1]) if status is not None else UNSET,
                 start_time=start,
                 end_time=end,
                 instrumentation_scope=cache.scope(scope),
+                dropped_attributes=dropped[0] if dropped is not None else 0,
+                dropped_events=dropped[1] if dropped is not None else 0,
+                dropped_links=dropped[2] if dropped is not None else 0,
             ))
         return out
 
@@ -125,7 +127,7 @@ class Logs:
         out = []
         for (t, observed, trace_id, span_id, flags, sev_text, sev, body, attrs, event, scope, dropped) in batch:  # wire.otel.Log
             if dropped:
-                attrs = _bounded(attrs, dropped)
+                attrs = bounded(attrs, dropped)
             record = LogRecord(timestamp=t, observed_timestamp=observed,
                                context=self._context(trace_id, span_id, flags) if trace_id else None,
                                severity_text=sev_text, severity_number=SeverityNumber(sev) if sev is not None else None,
@@ -133,24 +135,6 @@ class Logs:
             out.append(ReadableLogRecord(record, resource=res, instrumentation_scope=cache.scope(scope)))
         self.logs.add(out)
         return []
-
-
-def _bounded(attrs, dropped: int):
-    """Attributes that report ``dropped`` (ReadableSpan and ReadableLogRecord read BoundedAttributes.dropped)."""
-    from opentelemetry.attributes import BoundedAttributes
-
-    out = BoundedAttributes(None, attrs or {}, immutable=True)
-    out.dropped = dropped
-    return out
-
-
-def _listed(items, dropped: int):
-    """Events or links that report ``dropped`` (ReadableSpan reads BoundedList.dropped)."""
-    from opentelemetry.sdk.util import BoundedList
-
-    out = BoundedList.from_seq(None, items)
-    out.dropped = dropped
-    return out
 
 
 def _exemplars(ex) -> list:

@@ -10,9 +10,9 @@ send frames (evlog/wire/frames.py): a header (bytes, records) and ``marshal`` of
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
   the run's OTEL_*/EVLOG_* settings (the first one configures the exporters: the run folder, OTLP, ...);
 - the ``Builder`` thread gives each source (``<kind>#<n>``, one per scheduler, ...) a builder of its kind
-  that turns its records into SDK ``ReadableSpan``s (``_builders``), while the exporters keep up; the
-  console relay's reader sends the program's output (kind ``console``), whose builder makes SDK
-  ``ReadableLogRecord``s and metadata gauges instead;
+  that turns its records into spans (``SpanData``, evlog/builders/span_data.py; ``_builders``), while the
+  exporters keep up; the console relay's reader sends the program's output (kind ``console``), whose
+  builder makes SDK ``ReadableLogRecord``s and metadata gauges instead;
 - one export thread per signal (spans, log records) sends them to the exporters the settings name (the
   stock OTLP exporters, the run folder, the console, entry points; evlog.exporter.select), in batches,
   retrying failed ones.

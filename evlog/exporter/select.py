@@ -49,7 +49,7 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
         return make
     if kind == "console":
         module, cls = CONSOLE[signal]
-        return lambda: _import(module, cls)()
+        return _sdk_spans(signal, lambda: _import(module, cls)())
     # any other name: an exporter entry point, as opentelemetry-instrument resolves it
     from importlib.metadata import entry_points
 
@@ -58,7 +58,38 @@ def factory(signal: str, kind: str, settings) -> Callable[[], object] | None:
         if not os.environ.get("EVLOG_CONFIG_REPORTED"):  # else the run's owner said so at its start
             notices.warn_once(f"exporter-{signal}-{kind}", unknown(signal, kind))
         return None
-    return lambda: eps[0].load()()
+    return _sdk_spans(signal, lambda: eps[0].load()())
+
+
+def _sdk_spans(signal: str, make: Callable[[], object]) -> Callable[[], object]:
+    """``make`` for a span exporter that takes the SDK's ReadableSpans (the console's, an entry point's): the
+    builders' SpanData are made ReadableSpans for it. Other signals' exporters as they are."""
+    if signal != "traces":
+        return make
+
+    def made():
+        exporter = make()
+        return None if exporter is None else TakesSdkSpans(exporter)
+
+    return made
+
+
+class TakesSdkSpans:
+    """A span exporter given ReadableSpans made of the SpanData it is handed."""
+
+    def __init__(self, exporter):
+        self.exporter = exporter
+
+    def export(self, spans):
+        from evlog.builders.span_data import readable
+
+        return self.exporter.export([readable(s) for s in spans])
+
+    def shutdown(self):
+        return self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
 
 
 def _runfolder(signal: str, run_dir: str):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 
 from evlog import notices
+from evlog.builders.span_data import readable
 
 
 class RunProcessors:
@@ -27,6 +28,10 @@ class RunProcessors:
                 self.processors.append((name, proc))
 
     def on_end(self, spans) -> None:
+        """``spans``: the builders' SpanData, given to the processors as the SDK's ReadableSpans."""
+        if not self.processors:
+            return
+        spans = [readable(s) for s in spans]
         for name, proc in self.processors:
             for span in spans:  # one span that fails does not keep the others from the processor
                 try:
