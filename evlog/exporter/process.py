@@ -29,12 +29,15 @@ from __future__ import annotations
 import os
 import threading
 
+from evlog.exporter import export_failures
+from evlog.exporter.otlp_send import Sent
 from evlog.wire.endpoint import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
 
 NICE = 10
 FAILING_WAIT = 1.0
 BATCH = 512  # spans per export call (OTEL_BSP_MAX_EXPORT_BATCH_SIZE once configured)
 MAX_PENDING = 1 << 21  # spans waiting for export before the oldest are dropped (and counted)
+RETRY_AFTER_MAX = 60.0  # seconds: the longest pause before a failed batch is tried again, whatever was asked
 
 
 # ---- in the exporter process ---------------------------------------------------------------------
@@ -138,18 +141,22 @@ class _Client:
 WHAT = {"traces": "spans", "logs": "log records", "metrics": "metric points"}
 
 
-def _send_spans(exporter, batch: list) -> tuple[bool, int]:
-    return getattr(exporter.export(batch), "name", None) == "SUCCESS", len(batch)  # Span/LogRecordExportResult
+def _send_spans(exporter, batch: list) -> tuple[bool, int, float | None]:
+    """(sent, items exported, seconds the collector asked to wait before the next try)."""
+    result = exporter.export(batch)
+    if type(result) is Sent:  # evlog's own sending of spans (otlp_send): rejected spans are counted there
+        return result.ok, len(batch) - result.rejected, result.retry_after
+    return getattr(result, "name", None) == "SUCCESS", len(batch), None  # Span/LogRecordExportResult
 
 
-def _send_metrics(exporter, batch: list) -> tuple[bool, int]:
+def _send_metrics(exporter, batch: list) -> tuple[bool, int, None]:
     """``batch``: (MetricsData, points) pairs of distinct resources (``_Sink.take``), sent as one MetricsData
     (the stock encoder keeps one entry per resource: two collections of one process would be one lost)."""
     from opentelemetry.sdk.metrics.export import MetricsData
 
     data = MetricsData([rm for md, _n in batch for rm in md.resource_metrics])
     ok = getattr(exporter.export(data, timeout_millis=10_000), "name", None) == "SUCCESS"
-    return ok, sum(n for _md, n in batch)
+    return ok, sum(n for _md, n in batch), None
 
 
 class _Sink:
@@ -194,8 +201,6 @@ class _Sink:
         from evlog import stats
         from evlog import notices
 
-        from evlog.exporter import select
-
         if self.exporter is None:
             try:
                 self.exporter = self.make()
@@ -216,17 +221,17 @@ class _Sink:
             batch = self.retry or self.take()
             self.retry, self.inflight = None, self.count(batch)
             try:
-                ok, n = self.send(self.exporter, batch)
+                ok, n, wait = self.send(self.exporter, batch)
             except Exception as exc:
                 notices.warn_once(f"export-{self.signal}", f"exporting {self.what} failed: {exc}")
-                ok, n = False, self.inflight
+                ok, n, wait = False, self.inflight, None
             if ok:
                 stats.incr(f"{self.signal}.exported", n)
                 self.failing = False
-                select.answered()
+                export_failures.answered()
             else:
                 self.retry, self.failing = batch, True
-                self.pause_until = time.monotonic() + 1.0
+                self.pause_until = time.monotonic() + min(max(1.0, wait or 0.0), RETRY_AFTER_MAX)
             self.inflight = 0  # counted as exported, or held again as the retry
             stats.progress()  # counted even if this process is killed before its exit
 
@@ -310,9 +315,7 @@ class Pipeline:
             self._wake.set()
 
     def failing(self) -> bool:
-        from evlog.exporter import select
-
-        return select.failing() or any(s.failing for s in self.sinks or ())
+        return export_failures.failing() or any(s.failing for s in self.sinks or ())
 
     def held(self) -> int:
         """Items its exporters have yet to send, all of them."""
@@ -613,11 +616,10 @@ def main() -> None:
     from evlog.observed import sdk
 
     from evlog.exporter import host_samples
-    from evlog.exporter import select
     from evlog.exporter.backlog import Backlog
 
     sdk.route_sdk_logging()
-    select.route_exporter_logging()
+    export_failures.route_exporter_logging()
     from evlog.wire.frames import HEADER as header
     _collect_less()
     run_dir = os.environ.get("EVLOG_RUN_DIR")
