@@ -24,6 +24,11 @@ def warn_once(key: str, message: str) -> bool:
     return True
 
 
+def clip(text: str, limit: int = 1000) -> str:
+    """At most ``limit`` characters, cut between words (a quoted message in one of evlog's lines)."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " [...]"
+
+
 def exiting() -> bool:
     """The program is on its way out (its main thread has ended): no new thread can start, and a set-up
     that failed for that reason is not worth a message."""

@@ -51,10 +51,8 @@ def route_exporter_logging() -> None:
 def export_failed(error: str) -> None:
     """An export failed (``error``: what the exporter said): one evlog line for the run, with what to do
     where the cause is known from the text; exit then stops waiting long for the collector (``note_failure``)."""
-    from evlog.observed.sdk import clip
-
     note_failure()
-    notices.warn_once("export", f"exporting failed ({clip(error.splitlines()[0] if error else 'no reason given')})"
+    notices.warn_once("export", f"exporting failed ({notices.clip(error.splitlines()[0] if error else 'no reason given')})"
                       f"{hint(error)}; failed batches are retried, what cannot be sent by the end of the run is "
                       "dropped and counted")
 

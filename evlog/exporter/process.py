@@ -26,12 +26,29 @@ waits for the program's; its reader does not.
 """
 from __future__ import annotations
 
+import gc
+import marshal
 import os
+import selectors
+import signal as signals
+import socket
+import struct
 import threading
+import time
+from collections import deque
 
-from evlog.exporter import export_failures
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.resources import Resource
+
+from evlog import config, notices, propagation, stats
+from evlog.builders import console as console_logs
+from evlog.builders import dask_executions, dask_lives, pool_spans, profiles, sdk_rebuild
+from evlog.exporter import export_failures, host_samples, select
+from evlog.exporter.backlog import SPOOL, Backlog
 from evlog.exporter.otlp_send import Sent
+from evlog.sdk_logging import route_sdk_logging
 from evlog.wire.endpoint import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
+from evlog.wire.frames import HEADER
 
 NICE = 10
 FAILING_WAIT = 1.0
@@ -47,13 +64,6 @@ def _builders(logs=None, metrics=None):
     """kind -> factory(meta, resource getter) of an object with feed(records, now, final) -> spans (the
     builders of log records and metrics hand them to ``logs`` and ``metrics``, their pipelines, and return
     no spans)."""
-    from evlog.builders import console as console_logs
-    from evlog.builders import dask_executions
-    from evlog.builders import dask_lives
-    from evlog.builders import pool_spans
-
-    from evlog.builders import sdk_rebuild
-
     def dask_transitions(meta, resource):
         return dask_lives.Lives(resource, transitions=bool((meta or {}).get("transitions", True)))
 
@@ -66,9 +76,7 @@ def _builders(logs=None, metrics=None):
     def console(meta, resource):
         return console_logs.ConsoleLogs(meta, resource, logs, PipelineMetrics(metrics) if metrics is not None else None)
 
-    from evlog.builders import profiles  # issue 31: task profiles -> evlog.profile log records, in a pipeline of their own
-
-    def profile(meta, resource):
+    def profile(meta, resource):  # task profiles -> evlog.profile log records, in a pipeline of their own
         return profiles.ProfileLogs(meta, resource, _profiles_pipeline().add)
 
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
@@ -83,54 +91,38 @@ _profile_pipes: list = []
 
 
 def _profiles_pipeline():
-    """The task profiles' logs pipeline (issue 31), made at the first profile record: bounded, so a
-    collector that refuses them (too large, no logs) holds only them, never the console's log records or
-    the spans; what is dropped is counted (``dropped.profiles``)."""
+    """The task profiles' logs pipeline, made at the first profile record: bounded, so a collector that
+    refuses them (too large, no logs) holds only them, never the console's log records or the spans; what
+    is dropped is counted (``dropped.profiles``)."""
     if not _profile_pipes:
-        class Bounded(Pipeline):
-            def add(self, records: list) -> None:
-                from evlog import stats
-
-                super().add(records)
-                for sink in self.sinks or ():
-                    over = len(sink.pending) - PROFILES_PENDING
-                    if over > 0:
-                        for _ in range(over):
-                            sink.pending.popleft()
-                        stats.incr("dropped.profiles", over)
-
-        p = Bounded("logs")
+        p = _BoundedPipeline("logs")
         p.configure({})  # the run's settings, read from the first hello already
         _profile_pipes.append(p)
     return _profile_pipes[0]
 
 
-_Resource: list = []
+class HashedResource(Resource):
+    """An SDK Resource whose hash is computed once: the stock encoders of log records and metrics (and the
+    span encoder's grouping) hash every item's resource, and Resource's own hash is a JSON dump of its
+    attributes each time (about 10 µs; a Resource never changes)."""
+
+    def __init__(self, attributes, schema_url=None):
+        super().__init__(attributes, schema_url)
+        self._evlog_hash = Resource.__hash__(self)
+
+    def __hash__(self) -> int:
+        return self._evlog_hash
 
 
-def resource(attributes: dict):
-    """An SDK Resource whose hash is computed once: the stock encoders hash every span's, log record's and
-    collection's resource to group them, and Resource's own hash is a JSON dump of its attributes each
-    time (about 10 µs; a Resource never changes)."""
-    if not _Resource:
-        from opentelemetry.sdk.resources import Resource
-
-        class HashedResource(Resource):
-            def __init__(self, attributes, schema_url=None):
-                super().__init__(attributes, schema_url)
-                self._evlog_hash = Resource.__hash__(self)
-
-            def __hash__(self) -> int:
-                return self._evlog_hash
-
-        _Resource.append(HashedResource)
-    return _Resource[0](attributes)
+def resource(attributes: dict) -> HashedResource:
+    """The Resource of a process's hello."""
+    return HashedResource(attributes)
 
 
 class _Client:
-    def __init__(self, sock):
-        self.sock = sock
-        self.buf = bytearray()
+    """A connected process: its resource (from its latest hello) and its builders, by source."""
+
+    def __init__(self):
         self.resource = None
         self.builders: dict = {}
 
@@ -152,8 +144,6 @@ def _send_spans(exporter, batch: list) -> tuple[bool, int, float | None]:
 def _send_metrics(exporter, batch: list) -> tuple[bool, int, None]:
     """``batch``: (MetricsData, points) pairs of distinct resources (``_Sink.take``), sent as one MetricsData
     (the stock encoder keeps one entry per resource: two collections of one process would be one lost)."""
-    from opentelemetry.sdk.metrics.export import MetricsData
-
     data = MetricsData([rm for md, _n in batch for rm in md.resource_metrics])
     ok = getattr(exporter.export(data, timeout_millis=10_000), "name", None) == "SUCCESS"
     return ok, sum(n for _md, n in batch), None
@@ -165,9 +155,6 @@ class _Sink:
     exit's deadline drop items (spans, log records or metric points: ``signal``), and those are counted."""
 
     def __init__(self, make, batch: int = BATCH, signal: str = "traces"):
-        import threading
-        from collections import deque
-
         self.make = make
         self.signal = signal
         self.what = WHAT[signal]
@@ -185,8 +172,6 @@ class _Sink:
     def export(self, stop_at: float | None = None) -> None:
         """Export what is pending (one caller at a time: at exit, the final pass waits for the regular
         thread's batch until ``stop_at``, so a batch is never in two exports, and never uncounted)."""
-        import time
-
         wait = -1 if stop_at is None else max(0.0, stop_at - time.monotonic())
         if not self.lock.acquire(timeout=wait):
             return
@@ -196,11 +181,6 @@ class _Sink:
             self.lock.release()
 
     def _export(self, stop_at: float | None) -> None:
-        import time
-
-        from evlog import stats
-        from evlog import notices
-
         if self.exporter is None:
             try:
                 self.exporter = self.make()
@@ -264,8 +244,6 @@ class Pipeline:
     batches, from one thread."""
 
     def __init__(self, signal: str = "traces"):
-        import threading
-
         self.signal = signal
         self.sinks: list | None = None
         self.processors = None  # EVLOG_SPAN_PROCESSORS (span_processors.RunProcessors), for spans
@@ -279,7 +257,6 @@ class Pipeline:
         """The run's settings, from the first hello: exporters as evlog.exporter.select builds them."""
         if self.sinks is not None:
             return
-        from evlog.exporter import select
 
         settings = _settings(env)
         signal = self.signal
@@ -303,7 +280,6 @@ class Pipeline:
             self.processors.on_end(items)
         if not self.sinks:
             return
-        from evlog import stats
 
         for sink in self.sinks:
             sink.pending.extend(items)
@@ -336,9 +312,6 @@ class Pipeline:
 
     def finish(self, clock: "ExitClock") -> None:
         """Export what is held until ``clock``'s deadline; count the rest."""
-        import threading
-        import time
-
         self._stop = True
         for sink in self.sinks or ():
             sink.closing = True
@@ -363,35 +336,41 @@ class Pipeline:
                     pass
 
 
+class _BoundedPipeline(Pipeline):
+    """A pipeline whose sinks hold PROFILES_PENDING items at most: the oldest are dropped and counted."""
+
+    def add(self, records: list) -> None:
+        super().add(records)
+        for sink in self.sinks or ():
+            over = len(sink.pending) - PROFILES_PENDING
+            if over > 0:
+                for _ in range(over):
+                    sink.pending.popleft()
+                stats.incr("dropped.profiles", over)
+
+
 class ExitClock:
     """One deadline for all the exporter process still does at its exit: EXIT_TIMEOUT, brought forward to
     FAILING_WAIT from the moment a collector is seen failing (a dead collector costs the run 1 s, once)."""
 
     def __init__(self, limit: float, pipelines):
-        import time
-
         self.end = time.monotonic() + limit
         self.pipelines = pipelines
         self.cut = False
 
     def deadline(self) -> float:
         if not self.cut and any(p.failing() for p in self.pipelines):
-            import time
-
             self.cut = True
             self.end = min(self.end, time.monotonic() + FAILING_WAIT)
         return self.end
 
     def left(self) -> float:
-        import time
-
         return max(0.0, self.deadline() - time.monotonic())
 
 
 def PipelineMetrics(pipeline):
     """A MetricExporter (for a periodic reader of the exporter process's own, e.g. the console's metadata
     gauges) whose collections go into ``pipeline``, the metrics pipeline."""
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
     class _PipelineMetrics(MetricExporter):
         def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
@@ -416,12 +395,8 @@ _current: list = []
 def _settings(env: dict):
     """The run's settings, from the first hello's environment (once per process)."""
     if not _current:
-        from evlog import config
-
         os.environ.update(env)  # the program's view of the run (its owner made the run folder)
-        from evlog import propagation  # carriers in records are read with the program's OTEL_PROPAGATORS
-
-        propagation.configure(env)
+        propagation.configure(env)  # carriers in records are read with the program's OTEL_PROPAGATORS
         settings = config.load()
         config.set_current(settings)
         _current.append(settings)
@@ -433,8 +408,6 @@ def _collect_less() -> None:
     the garbage collector walked them all again every few hundred allocations: 164 us of CPU per Dask task
     with CPython's thresholds, 149 with these, 143 with no collection at all (benchmarks/dask_overhead.py,
     3 pairs each). What start-up imported is never garbage: frozen out of every collection."""
-    import gc
-
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
 
@@ -443,8 +416,6 @@ def lower_priority() -> None:
     """Nice the calling thread only (Linux schedules threads on their own): the builder and export
     threads yield a busy machine to the program, while the reader, whose work is a read and a split,
     keeps up with what observed processes send, so they never hold their records for long."""
-    import threading
-
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
     except (OSError, AttributeError):
@@ -453,9 +424,6 @@ def lower_priority() -> None:
 
 def _same_user(sock) -> bool:
     """Is the peer a process of this user (SO_PEERCRED)? Others may not feed this run's telemetry."""
-    import socket
-    import struct
-
     try:
         _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                 struct.calcsize("3i")))
@@ -473,8 +441,6 @@ class Builder:
     BEHIND = 16384
 
     def __init__(self, backlog, pipeline, clients: dict, logs=None, metrics=None):
-        import threading
-
         self.backlog = backlog
         self.pipeline = pipeline
         self.logs = logs if logs is not None else Pipeline("logs")
@@ -489,8 +455,6 @@ class Builder:
         self.thread.start()
 
     def _loop(self) -> None:
-        import time
-
         lower_priority()
         last_tick = time.monotonic()
         while True:
@@ -524,8 +488,6 @@ class Builder:
     def drain(self, clock: ExitClock) -> None:
         """At exit, in the calling thread: build what the backlog holds and export it as it goes, until
         ``clock``'s deadline."""
-        import time
-
         while time.monotonic() < clock.deadline():
             entry = self.backlog.get(0)
             if entry is None:
@@ -537,12 +499,6 @@ class Builder:
                         sink.export(stop_at=clock.deadline())
 
     def _frame(self, client: _Client, data: bytes) -> None:
-        import marshal
-        import time
-
-        from evlog import stats
-        from evlog import notices
-
         try:
             hello, kind, meta, records = marshal.loads(data)
         except Exception as exc:
@@ -552,8 +508,6 @@ class Builder:
         if hello is not None:
             client.resource = resource(hello.get("resource") or {})
             if self.pipeline.sinks is None:
-                from evlog.exporter import host_samples
-
                 for pipeline in self.pipelines:
                     pipeline.configure(hello.get("env") or {})
                 self.host = host_samples.start(_settings(hello.get("env") or {}), hello.get("resource") or {},
@@ -573,10 +527,6 @@ class Builder:
             stats.incr("dropped.unbuilt", len(records))
 
     def _finish(self, client_id: int, client: _Client) -> None:
-        import time
-
-        from evlog import notices
-
         self.clients.pop(client_id, None)
         for b in client.builders.values():
             try:  # as in tick(): one builder's failure must not end the builder thread
@@ -585,10 +535,6 @@ class Builder:
                 notices.warn_once("exporter-finish", f"spans could not be built: {exc!r}")
 
     def tick(self, final: bool = False) -> None:
-        import time
-
-        from evlog import notices
-
         now = time.monotonic()
         for client in list(self.clients.values()):
             for b in list(client.builders.values()):
@@ -599,114 +545,144 @@ class Builder:
 
 
 def main() -> None:
-    import selectors
-    import signal
-    import socket
-    import time
-
-    # In the program's process group (a job control stop or a kill of the group reaches it too), but a
-    # Ctrl-C or a closed terminal must not cut its flush short: it ends when its control pipe closes.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    terminated = []  # SIGTERM (a kill of the whole group): close as when the control pipe closes
-    signal.signal(signal.SIGTERM, lambda *_: terminated.append(1))
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own lines on stderr: evlog reports failures itself
-    from evlog import stats
-    from evlog import notices
-    from evlog.observed import sdk
-
-    from evlog.exporter import host_samples
-    from evlog.exporter.backlog import Backlog
-
-    sdk.route_sdk_logging()
-    export_failures.route_exporter_logging()
-    from evlog.wire.frames import HEADER as header
+    """Read what the run's processes send until its starter's control pipe closes, then export what is
+    held within the exit time limit, count the rest, and end (see the module's docstring)."""
+    terminated = _take_signals()
+    _quiet_libraries()
     _collect_less()
     run_dir = os.environ.get("EVLOG_RUN_DIR")
     backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
-    pipeline = Pipeline()
-    logs = Pipeline("logs")
-    metrics = Pipeline("metrics")
-    clients: dict = {}  # client id -> _Client
-    builder = Builder(backlog, pipeline, clients, logs, metrics)
-    listener = socket.socket(fileno=LISTEN_FD)
-    listener.setblocking(False)
-    sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ, None)
-    sel.register(CONTROL_FD, selectors.EVENT_READ, "control")
-    conns: dict = {}  # socket -> [client id, unread bytes]
-    closing_at = None
+    builder = Builder(backlog, Pipeline(), {}, Pipeline("logs"), Pipeline("metrics"))
+    reader = Reader(backlog, builder.clients)
+    reader.run(terminated, lambda closing_at: _exit_watchdog(closing_at + LINGER + EXIT_TIMEOUT + 0.5, backlog, builder))
+    ended = host_samples.now()  # the host as the run ended, for the exporter's end sample (builder.host)
+    reader.close()
+    _export_what_is_held(backlog, builder, ended)
+    _end()
 
-    def split(conn: list) -> None:
+
+def _take_signals() -> list:
+    """In the program's process group (a job control stop or a kill of the group reaches it too), but a
+    Ctrl-C or a closed terminal must not cut its flush short: it ends when its control pipe closes. A
+    SIGTERM (a kill of the whole group) closes it as the control pipe's end does: noted in the list returned."""
+    signals.signal(signals.SIGINT, signals.SIG_IGN)
+    signals.signal(signals.SIGHUP, signals.SIG_IGN)
+    terminated: list = []
+    signals.signal(signals.SIGTERM, lambda *_: terminated.append(1))
+    return terminated
+
+
+def _quiet_libraries() -> None:
+    """The SDK's, the stock exporters' and gRPC's own messages -> evlog's one line per problem."""
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own lines on stderr: evlog reports failures itself
+    route_sdk_logging()
+    export_failures.route_exporter_logging()
+
+
+class Reader:
+    """The main thread's work: accept the run's processes, split what they send into frames for the
+    backlog, and notice the end (the control pipe closes, or SIGTERM)."""
+
+    def __init__(self, backlog, clients: dict):
+        self.backlog = backlog
+        self.clients = clients  # client id -> _Client (the builder thread's too)
+        self.listener = socket.socket(fileno=LISTEN_FD)
+        self.listener.setblocking(False)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.listener, selectors.EVENT_READ, None)
+        self.sel.register(CONTROL_FD, selectors.EVENT_READ, "control")
+        self.conns: dict = {}  # socket -> [client id, unread bytes]
+        self.next_id = 0
+        self.closing_at = None  # monotonic time the control pipe closed
+
+    def run(self, terminated: list, on_closing) -> None:
+        """Until the end is noticed and every process has gone (LINGER seconds at most after it);
+        ``on_closing(time)`` once, when it is noticed."""
+        noticed = False
+        while True:
+            for key, _mask in self.sel.select(0.25):
+                if key.data == "control":
+                    self._control()
+                elif key.fileobj is self.listener:
+                    self._accept()
+                else:
+                    self._read(key.fileobj)
+            now = time.monotonic()
+            if terminated and self.closing_at is None:
+                self.closing_at = now
+            if self.closing_at is not None and not noticed:
+                noticed = True
+                on_closing(self.closing_at)
+            if self.closing_at is not None and (not self.conns or now - self.closing_at > LINGER):
+                return
+
+    def _control(self) -> None:
+        try:
+            data = os.read(CONTROL_FD, 4096)
+        except OSError:
+            data = b""
+        if not data:
+            self.sel.unregister(CONTROL_FD)
+            self.closing_at = time.monotonic()
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        if not _same_user(sock):  # an abstract socket name has no file permissions to guard it
+            sock.close()
+            return
+        sock.setblocking(False)
+        self.next_id += 1
+        self.clients[self.next_id] = _Client()
+        self.conns[sock] = [self.next_id, bytearray()]
+        self.sel.register(sock, selectors.EVENT_READ, "client")
+
+    def _read(self, sock) -> None:
+        try:
+            data = sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(sock)
+            return
+        conn = self.conns[sock]
+        conn[1] += data
+        self._split(conn)
+
+    def _split(self, conn: list) -> None:
+        """Whole frames of ``conn``'s unread bytes -> the backlog."""
         buf = conn[1]
         pos = 0
-        while len(buf) - pos >= header.size:
-            n, count = header.unpack_from(buf, pos)
-            if len(buf) - pos - header.size < n:
+        while len(buf) - pos >= HEADER.size:
+            n, count = HEADER.unpack_from(buf, pos)
+            if len(buf) - pos - HEADER.size < n:
                 break
-            backlog.put(conn[0], count, bytes(buf[pos + header.size:pos + header.size + n]))
-            pos += header.size + n
+            self.backlog.put(conn[0], count, bytes(buf[pos + HEADER.size:pos + HEADER.size + n]))
+            pos += HEADER.size + n
         del buf[:pos]
 
-    def drop(sock) -> None:
-        conn = conns.pop(sock, None)
-        sel.unregister(sock)
+    def _drop(self, sock) -> None:
+        conn = self.conns.pop(sock, None)
+        self.sel.unregister(sock)
         sock.close()
         if conn is not None:
-            backlog.end(conn[0])
+            self.backlog.end(conn[0])
 
-    next_id = 0
-    watchdog = None
-    while True:
-        for key, _mask in sel.select(0.25):
-            if key.data == "control":
-                try:
-                    data = os.read(CONTROL_FD, 4096)
-                except OSError:
-                    data = b""
-                if not data:
-                    sel.unregister(CONTROL_FD)
-                    closing_at = time.monotonic()
-            elif key.fileobj is listener:
-                try:
-                    sock, _ = listener.accept()
-                except OSError:
-                    continue
-                if not _same_user(sock):  # an abstract socket name has no file permissions to guard it
-                    sock.close()
-                    continue
-                sock.setblocking(False)
-                next_id += 1
-                clients[next_id] = _Client(sock)
-                conns[sock] = [next_id, bytearray()]
-                sel.register(sock, selectors.EVENT_READ, "client")
-            else:
-                sock = key.fileobj
-                try:
-                    data = sock.recv(1 << 20)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if not data:
-                    drop(sock)
-                    continue
-                conn = conns[sock]
-                conn[1] += data
-                split(conn)
-        now = time.monotonic()
-        if terminated and closing_at is None:
-            closing_at = now
-        if closing_at is not None and watchdog is None:
-            watchdog = _exit_watchdog(closing_at + LINGER + EXIT_TIMEOUT + 0.5, backlog, builder)
-        if closing_at is not None and (not conns or now - closing_at > LINGER):
-            break
-    ended = host_samples.now()  # the host as the run ended, for the exporter's end sample (builder.host)
-    for sock in list(conns):
-        drop(sock)
-    # What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
-    # by this thread alone, at the priority the program had: the niced threads step aside (the program is
-    # gone, its cores are free, and one thread does not wait on the others for the GIL).
+    def close(self) -> None:
+        """Every connection ends (what a process still sends is not read)."""
+        for sock in list(self.conns):
+            self._drop(sock)
+
+
+def _export_what_is_held(backlog, builder, ended) -> None:
+    """What is held is built and exported for at most EXIT_TIMEOUT (FAILING_WAIT once the collector fails),
+    by this thread alone, at the priority the program had: the niced threads step aside (the program is
+    gone, its cores are free, and one thread does not wait on the others for the GIL). What is left is
+    counted as dropped at exit."""
     clock = ExitClock(EXIT_TIMEOUT, builder.pipelines)
     builder.stop_at = time.monotonic()
     builder.thread.join(min(1.0, clock.left()))
@@ -724,10 +700,15 @@ def main() -> None:
     builder.tick(final=True)
     if builder.host is not None:  # the host's sample at the run's end (read when the program had ended)
         builder.host.send(ended)
-    if pipeline.processors is not None:  # their shutdown, then the export, share what is left of the limit
-        _bounded(pipeline.processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
+    processors = builder.pipeline.processors
+    if processors is not None:  # their shutdown, then the export, share what is left of the limit
+        _bounded(processors.shutdown, min(1.0, max(0.1, clock.left() / 2)), "evlog-span-processors-end")
     _finish((*builder.pipelines, *_profile_pipes), clock)  # the task profiles' own pipeline beside the others
-    if _ending.acquire(blocking=False):  # else the watchdog is writing this process's last line
+
+
+def _end() -> None:
+    """This process's last stats line, then its end (unless the exit watchdog is writing it)."""
+    if _ending.acquire(blocking=False):
         stats.incr("exporter.processes")
         stats.write_process_line()
         os._exit(0)
@@ -743,8 +724,6 @@ def _count_at_exit(holder, held) -> int:
     """Count what ``holder`` (the backlog, a pipeline) still holds, ``held()``, as dropped at exit, once:
     its final pass, the main thread's end and the exit watchdog may each get there first. Under one lock,
     also because stats.incr is not atomic across threads."""
-    from evlog import stats
-
     with _counting:
         if id(holder) in _counted:
             return 0
@@ -762,14 +741,11 @@ def _exit_watchdog(at: float, backlog, builder):
     """A thread that ends this process at ``at`` (monotonic) if the main thread has not: what is still
     held is counted as dropped at exit and the stats line written, half a second before the launcher's
     SIGKILL (wire.endpoint.end), so a slow end (a loaded machine, a huge backlog) loses nothing uncounted."""
-    import time
 
     def run() -> None:
         time.sleep(max(0.0, at - time.monotonic()))
         if not _ending.acquire(blocking=False):
             return  # the main thread is writing it
-        from evlog import stats
-
         try:
             for p in (*builder.pipelines, *_profile_pipes):
                 _count_at_exit(p, p.held)
@@ -787,8 +763,6 @@ def _exit_watchdog(at: float, backlog, builder):
 
 def _finish(pipelines, clock: ExitClock) -> None:
     """Each pipeline exports what it holds, side by side, until ``clock``'s deadline (see Pipeline.finish)."""
-    import threading
-
     threads = [threading.Thread(target=p.finish, args=(clock,), daemon=True) for p in pipelines]
     for t in threads:
         t.start()
@@ -800,8 +774,6 @@ def _finish(pipelines, clock: ExitClock) -> None:
 
 def _bounded(fn, timeout_s: float, name: str) -> None:
     """``fn()`` in a thread of its own, waited for ``timeout_s`` at most (os._exit ends it after)."""
-    import threading
-
     t = threading.Thread(target=fn, name=name, daemon=True)
     t.start()
     t.join(timeout_s)
@@ -809,8 +781,6 @@ def _bounded(fn, timeout_s: float, name: str) -> None:
 
 def _spool_limit() -> int:
     """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes)."""
-    from evlog.exporter.backlog import SPOOL
-
     raw = (os.environ.get("EVLOG_SPOOL_LIMIT") or "").strip()
     if not raw:
         return SPOOL
@@ -821,8 +791,6 @@ def _spool_limit() -> int:
             raise ValueError
         return value
     except ValueError:
-        from evlog import notices
-
         notices.warn_once("spool-limit", f"EVLOG_SPOOL_LIMIT={raw!r} is not a size (like 512M or 2G); using 1G")
         return SPOOL
 

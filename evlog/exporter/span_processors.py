@@ -15,6 +15,7 @@ import importlib
 
 from evlog import notices
 from evlog.builders.span_data import readable
+from evlog.processors.multieventlog import LogDispatch
 
 
 class RunProcessors:
@@ -70,16 +71,8 @@ def _make(name: str):
 def _log_processor(log):
     """A log fed as set_log_sink feeds it, with the timeline's process taken from each span's resource
     (the process the task ran in, not this one)."""
-    from evlog.processors.multieventlog import _Dispatch
 
-    class LogProcessor(_Dispatch):
-        def _event(self, kind, span, timestamp, thread):
-            ev = super()._event(kind, span, timestamp, thread)
-            pid = span.resource.attributes.get("process.pid") if span.resource is not None else None
-            if pid is not None:
-                ev.timeline = (pid,) + tuple(ev.timeline[1:])
-            return ev
-
+    class LogProcessor(LogDispatch):
         def shutdown(self) -> None:
             self.flush()
             for log in self.logs:
@@ -87,6 +80,10 @@ def _log_processor(log):
                 if close is not None:
                     close()
 
-    d = LogProcessor()
+    d = LogProcessor(process_of=_pid)
     d.logs = (log,)
     return d
+
+
+def _pid(span):
+    return span.resource.attributes.get("process.pid") if span.resource is not None else None

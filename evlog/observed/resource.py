@@ -10,6 +10,7 @@ import sys
 import threading
 
 from evlog import notices
+from evlog.process_identity import process_attributes
 
 _attrs: dict = {}
 lock = threading.RLock()  # also sdk's build lock: no update while a provider is built from them
@@ -24,17 +25,6 @@ def service_name() -> str:
     if base in ("", "-c", "-"):
         return "python"
     return base[:-3] if base.endswith(".py") else base
-
-
-def process_attributes() -> dict:
-    b = bytearray(os.urandom(16))  # a random (version 4) UUID, as uuid.uuid4().hex, without importing uuid
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    return {
-        "process.pid": os.getpid(),
-        "process.parent_pid": os.getppid(),
-        "service.instance.id": b.hex(),
-    }
 
 
 def _host_name() -> str:

@@ -28,6 +28,7 @@ from evlog import notices
 from evlog.observed import forkguard
 from evlog.observed import lifecycle
 from evlog.observed import resource as _resource_attrs
+from evlog.sdk_logging import route_sdk_logging
 
 service_name = _resource_attrs.service_name
 process_attributes = _resource_attrs.process_attributes
@@ -295,39 +296,3 @@ def _after_fork_in_child() -> None:
     # A forked child is another process: its own pid and instance id, counted afresh.
     stats.reset()
     update_resource(process_attributes())
-
-
-_report_handler = None
-
-
-def route_sdk_logging() -> None:
-    """OTel SDK log records -> one evlog line per kind of problem, then counted."""
-    global _report_handler
-    import logging
-
-    if _report_handler is None:
-        class ToReport(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                _to_report(record)
-
-        _report_handler = ToReport(logging.WARNING)
-    lg = logging.getLogger("opentelemetry.sdk")
-    if _report_handler not in lg.handlers:
-        lg.addHandler(_report_handler)
-    lg.propagate = False
-
-
-def _to_report(record) -> None:
-    if record.levelno < 30:  # below logging.WARNING
-        return
-    try:
-        msg = record.getMessage()
-    except Exception:
-        msg = str(record.msg)
-    first = clip(msg.splitlines()[0] if msg else record.name)
-    notices.warn_once(f"sdk-{record.name}", f"{first} (further messages like this are counted, not shown)")
-
-
-def clip(text: str, limit: int = 1000) -> str:
-    """At most ``limit`` characters, cut between words."""
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " [...]"

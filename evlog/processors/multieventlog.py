@@ -206,20 +206,24 @@ def _similar(obj):
         return obj
 
 
-class _Dispatch(SpanProcessor):
-    """The span processor that turns span starts and finishes into Events for the installed logs.
+class LogDispatch(SpanProcessor):
+    """The span processor that turns span starts and finishes into Events for the installed logs (``logs``).
 
     A span handed over already finished (the Dask instrumentation builds its spans after the fact, in
     batches, and gives them to ``on_end`` only) becomes a start and a finish event with the span's own
     times; such events wait until the batch is over and are then given in time order, so saturation
     consumers see the overlaps. A batch is over when a live span starts or ends, when a log is read
-    (``fetch``, ``peek``), or when the next batch begins (50 ms without such a span)."""
+    (``fetch``, ``peek``), or when the next batch begins (50 ms without such a span).
+
+    An Event's timeline starts with this process's pid, or with ``process_of(span)`` where that gives one
+    (the run's exporter process names the process each span comes from, evlog/exporter/span_processors.py)."""
 
     _GAP_S = 0.05
     _PENDING_MAX = 10_000
 
-    def __init__(self):
+    def __init__(self, process_of=None):
         self.logs: tuple = ()
+        self.process_of = process_of
         self._classifier = Classifier()
         self._started: dict[int, None] = {}  # id(span context) of spans seen starting, not yet ended
         self._pending: list = []  # events of spans handed over finished, not yet given
@@ -231,7 +235,8 @@ class _Dispatch(SpanProcessor):
         k = self._classifier.kinds.get(name) or self._classifier.classify(name)
         attrs = span.attributes
         attrs = dict(attrs) if attrs else {}
-        return Event(kind, k.category, task_id(span, attrs), (os.getpid(), thread, worker_of(span, attrs)),
+        pid = self.process_of(span) if self.process_of is not None else None
+        return Event(kind, k.category, task_id(span, attrs), (pid or os.getpid(), thread, worker_of(span, attrs)),
                      timestamp, attrs, name, span.context.span_id)
 
     def _give(self, ev: Event) -> None:
@@ -321,7 +326,7 @@ def set_log_sink(log, provider=None, *, default: bool = True) -> bool:
             return False
         d = registry.dispatch.get(provider)
         if d is None:
-            d = registry.dispatch[provider] = _Dispatch()
+            d = registry.dispatch[provider] = LogDispatch()
             provider.add_span_processor(d)
             registry.changed()
         if not any(x is log for x in d.logs):

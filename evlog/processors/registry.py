@@ -14,7 +14,7 @@ class Registry:
     """The installed logs of this process (one object, so tests can reset it)."""
 
     def __init__(self):
-        self.dispatch = weakref.WeakKeyDictionary()  # tracer provider -> its multieventlog._Dispatch
+        self.dispatch = weakref.WeakKeyDictionary()  # tracer provider -> its multieventlog.LogDispatch
         self.default = None  # the log fetch_logs() returns, when set by set_log_sink
         self.builtin = None  # the EVLOG_CONSUMERS log (evlog.processors.install_default)
         self.version = 0  # changes whenever the set of span processors may have (span_processors())
