@@ -9,19 +9,24 @@ other is frozen (SIGSTOP to its process group: an idle Dask cluster still costs 
 monitors). Interleaving round by round, seconds apart, is what makes the comparison hold on a
 machine whose load changes by the minute.
 
-Figures (medians over rounds): tasks/s, and CPU time per task summed over the client/scheduler
-process and both workers, measured after a flush so that evlog's deferred work (span assembly,
-encoding, export) is counted. Goal: at least 0.97 of plain throughput.
+Figures, medians over the rounds with the spread of the pairs' ratios (the middle half and the whole
+range: pairs swing by 20% on a shared or even a quiet machine, so judge with many pairs):
+- throughput (tasks/s);
+- CPU time per task of each process: the client (with the scheduler, in the LocalCluster's process),
+  each worker, and evlog's exporter process; and all of them together. A round's CPU is read after a
+  flush and, for the evlog app, once its exporter process has gone idle (its CPU stops growing), so
+  evlog's deferred work (building, encoding, sending the round's spans) is counted in its round.
+Goal: at least 0.97 of plain throughput.
 
-    python benchmarks/dask_overhead.py            # 5,000 tasks per round, 7 pairs of rounds
-    python benchmarks/dask_overhead.py --quick    # 1,000 tasks per round, 4 pairs
+    python benchmarks/dask_overhead.py            # 5,000 tasks per round, 15 pairs of rounds
+    python benchmarks/dask_overhead.py --quick    # 1,000 tasks per round, 4 pairs (a quick look, not a figure)
+    python benchmarks/dask_overhead.py --pairs 7  # fewer (or more) pairs
     python benchmarks/dask_overhead.py --env EVLOG_CONSUMERS=none   # a variable for the evlog app
     python benchmarks/dask_overhead.py --separate  # `dask scheduler` and 2 `dask worker` processes
 
-evlog's exporter process (which builds and exports the scheduler's task spans) belongs to the evlog app's
-process group, so it is frozen with it; its CPU is reported on a line of its own and added to the
-all-processes CPU figure. With --separate, the scheduler runs in its own process and its CPU per task
-is reported apart: the issue's goal there is at most +3% over plain.
+evlog's exporter process belongs to the evlog app's process group, so it is frozen with it. With
+--separate, the scheduler runs in its own process and its CPU per task is reported apart: the issue's
+goal there is at most +3% over plain.
 """
 from __future__ import annotations
 
@@ -104,10 +109,9 @@ APP = textwrap.dedent('''
                 flush()
                 w1, m1 = client.run(cpu), time.process_time()
                 s1 = client.run_on_scheduler(cpu) if sched else 0
-                cpu_s = (m1 - m0) + sum(w1[k] - w0[k] for k in w0) + (s1 - s0)
-                print(json.dumps({"rate": n / wall, "cpu_us": cpu_s / n * 1e6, "sched_us": (s1 - s0) / n * 1e6,
-                                  "client_us": (m1 - m0) / n * 1e6,
-                                  "workers_us": sum(w1[k] - w0[k] for k in w0) / n * 1e6}), flush=True)
+                workers = [(w1[k] - w0[k]) / n * 1e6 for k in sorted(w0)]
+                print(json.dumps({"rate": n / wall, "sched_us": (s1 - s0) / n * 1e6, "client_us": (m1 - m0) / n * 1e6,
+                                  "workers_us": workers}), flush=True)
 ''')
 
 
@@ -209,6 +213,16 @@ class App:
         t = self.exporter.cpu_times()
         return t.user + t.system
 
+    def settle(self, limit: float = 30.0) -> None:
+        """Wait (running) until evlog's exporter process has gone idle: its CPU time unchanged for 0.5 s."""
+        if self.exporter is None:
+            return
+        deadline, last, still = time.monotonic() + limit, self.exporter_cpu(), 0
+        while time.monotonic() < deadline and still < 5:
+            time.sleep(0.1)
+            now = self.exporter_cpu()
+            still, last = (still + 1 if now == last else 0), now
+
     def pause(self) -> None:
         """Freeze the app and its cluster (one process group): an idle cluster still costs CPU."""
         os.killpg(self.proc.pid, signal.SIGSTOP)
@@ -223,11 +237,18 @@ class App:
         return line
 
     def round(self, n: int) -> dict:
+        """One round's figures; for the evlog app with its exporter process's CPU per task ("exporter_us"),
+        read once the exporter process has finished the round."""
         self.resume()
         try:
+            before = self.exporter_cpu()
             self.proc.stdin.write(f"{n}\n")
             self.proc.stdin.flush()
-            return json.loads(self._expect("{"))
+            row = json.loads(self._expect("{"))
+            self.settle()
+            row["exporter_us"] = (self.exporter_cpu() - before) / n * 1e6
+            row["cpu_us"] = row["client_us"] + sum(row["workers_us"]) + row["sched_us"] + row["exporter_us"]
+            return row
         finally:
             self.pause()
 
@@ -242,18 +263,27 @@ class App:
             self.proc.wait(10)
 
 
+def spread(xs: list) -> str:
+    """The middle half and the whole range of ``xs``."""
+    xs = sorted(xs)
+    if len(xs) < 4:
+        return f"range {xs[0]:.3f}-{xs[-1]:.3f}"
+    q = statistics.quantiles(xs, n=4)
+    return f"middle half {q[0]:.3f}-{q[2]:.3f}, range {xs[0]:.3f}-{xs[-1]:.3f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="1,000 tasks per round and 4 pairs: a quick look")
     ap.add_argument("--tasks", type=int, default=0)
-    ap.add_argument("--pairs", type=int, default=0)
+    ap.add_argument("--pairs", type=int, default=0, help="pairs of rounds (default 15; 4 with --quick)")
     ap.add_argument("--separate", action="store_true", help="`dask scheduler` + 2 `dask worker` processes")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra variable for the evlog app (e.g. EVLOG_DASK_TRANSITIONS=false)")
     args = ap.parse_args()
     extra = dict(e.split("=", 1) for e in args.env)
     n = args.tasks or (1000 if args.quick else 5000)
-    pairs = max(3, args.pairs or (4 if args.quick else 7))
+    pairs = max(3, args.pairs or (4 if args.quick else 15))
     tmp = tempfile.mkdtemp(prefix="evlog-bench-dask-")
     app = os.path.join(tmp, "app.py")
     with open(app, "w") as fh:
@@ -265,40 +295,50 @@ def main() -> None:
         app_args = ("separate",) if args.separate else ()
         apps = {"plain": App(app, False, endpoint, log, args=app_args),
                 "evlog": App(app, True, endpoint, log, extra, app_args)}
-        exporter_cpu = [apps["evlog"].exporter_cpu()]
+        apps["evlog"].resume()  # the warm-up's spans are built and sent before the first round
+        apps["evlog"].settle()
+        apps["evlog"].pause()
         try:
             for i in range(pairs):
                 for name in ("plain", "evlog"):
                     rows[name].append(apps[name].round(n))
-                print(f"# pair {i + 1}: plain {rows['plain'][-1]['rate']:.1f}, evlog {rows['evlog'][-1]['rate']:.1f} "
-                      f"tasks/s; CPU plain {rows['plain'][-1]['cpu_us']:.0f}, evlog {rows['evlog'][-1]['cpu_us']:.0f} "
-                      f"us per task (client {rows['plain'][-1]['client_us']:.0f} / {rows['evlog'][-1]['client_us']:.0f}, "
-                      f"workers {rows['plain'][-1]['workers_us']:.0f} / {rows['evlog'][-1]['workers_us']:.0f})",
-                      flush=True)
-            apps["evlog"].resume()  # the exporter process finishes the last round's spans, then is read
-            time.sleep(3)
-            apps["evlog"].pause()
-            exporter_cpu.append(apps["evlog"].exporter_cpu())
+                pl, ev = rows["plain"][-1], rows["evlog"][-1]
+                print(f"# pair {i + 1}: plain {pl['rate']:.1f}, evlog {ev['rate']:.1f} tasks/s; CPU us per task: "
+                      f"client {pl['client_us']:.0f} / {ev['client_us']:.0f}, workers "
+                      f"{' + '.join(f'{w:.0f}' for w in pl['workers_us'])} / "
+                      f"{' + '.join(f'{w:.0f}' for w in ev['workers_us'])}, exporter {ev['exporter_us']:.0f}, "
+                      f"all {pl['cpu_us']:.0f} / {ev['cpu_us']:.0f}", flush=True)
         finally:
             for a in apps.values():
                 a.close()
             receiver.stop()
-    arrived = receiver.count()
+    report(rows, n, pairs, args.separate, receiver.count())
 
-    def med(name, key):
-        return statistics.median(r[key] for r in rows[name])
 
-    p, e = med("plain", "rate"), med("evlog", "rate")
-    print(f"dask_overhead: ratio {e / p:.3f} (plain {p:.1f}, evlog {e:.1f}, tasks/s; "
-          f"client.map of {n} trivial tasks, 2 worker processes, OTLP/gRPC, {pairs} pairs of rounds)")
-    ex = (exporter_cpu[-1] - exporter_cpu[0]) / (n * pairs) * 1e6
-    p, e = med("plain", "cpu_us"), med("evlog", "cpu_us")
-    print(f"dask_overhead.cpu: ratio {(e + ex) / p:.3f} (plain {p:.0f}, evlog {e + ex:.0f}, CPU us per task, all "
-          f"processes, of which {ex:.0f} in evlog's exporter process)")
-    if args.separate:
-        p, e = med("plain", "sched_us"), med("evlog", "sched_us")
-        print(f"dask_overhead.scheduler_cpu: ratio {e / p:.3f} (plain {p:.0f}, evlog {e:.0f}, CPU us per task "
-              f"in the `dask scheduler` process)")
+def report(rows: dict, n: int, pairs: int, separate: bool, arrived: dict) -> None:
+    """One line per figure: medians over the rounds, the spread of the pairs' ratios."""
+
+    def med(name, get):
+        return statistics.median(get(r) for r in rows[name])
+
+    def line(figure, get, what):
+        p, e = med("plain", get), med("evlog", get)
+        ratios = [get(b) / get(a) for a, b in zip(rows["plain"], rows["evlog"]) if get(a)]
+        print(f"{figure}: ratio {e / p:.3f} (plain {p:.1f}, evlog {e:.1f}, {what}; the {pairs} pairs' ratios: "
+              f"{spread(ratios)})")
+
+    line("dask_overhead", lambda r: r["rate"], f"tasks/s, client.map of {n} trivial tasks, 2 worker processes, "
+         "OTLP/gRPC")
+    line("dask_overhead.cpu", lambda r: r["cpu_us"], "CPU us per task, all processes")
+    line("dask_overhead.cpu_client", lambda r: r["client_us"],
+         "CPU us per task, the client" + ("" if separate else " and the scheduler"))
+    if separate:
+        line("dask_overhead.scheduler_cpu", lambda r: r["sched_us"], "CPU us per task, the `dask scheduler` process")
+    for w in range(len(rows["plain"][0]["workers_us"])):
+        line(f"dask_overhead.cpu_worker{w + 1}", lambda r, w=w: r["workers_us"][w], f"CPU us per task, worker {w + 1}")
+    ex = [r["exporter_us"] for r in rows["evlog"]]
+    print(f"dask_overhead.cpu_exporter: {statistics.median(ex):.1f} CPU us per task in evlog's exporter process "
+          f"(median of {pairs} rounds; {spread(ex)})")
     expected = n * pairs + 200
     tasks, execs = arrived["spans"].get("dask.task", 0), arrived["spans"].get("dask.execute", 0)
     print(f"dask_overhead.proof: the evlog app delivered {tasks} dask.task and {execs} dask.execute spans for "
