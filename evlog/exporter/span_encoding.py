@@ -122,24 +122,24 @@ _kv_cache: dict = {}  # (field tag, key, value, type of the value) -> the field'
 
 def _attributes(tag: bytes, attributes, out: list) -> None:
     """Append each attribute of ``attributes`` as a ``tag`` field (a KeyValue) to ``out``."""
-    cache = _kv_cache
+    get = _kv_cache.get
+    append = out.append
     for k, v in attributes.items():
         t = type(v)
         if t is str or t is int or t is bool:  # not float: -0.0 == 0.0, and NaN is never found again
-            ck = (tag, k, v, t)
-            b = cache.get(ck)
+            b = get((tag, k, v, t))
             if b is None:
                 b = _kv_field(tag, k, v)
                 if b is None:
                     continue
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                cache[ck] = b
-            out.append(b)
+                if len(_kv_cache) >= CACHE_LIMIT:
+                    _kv_cache.clear()
+                _kv_cache[(tag, k, v, t)] = b
+            append(b)
         else:
             b = _kv_field(tag, k, v)
             if b is not None:
-                out.append(b)
+                append(b)
 
 
 def _kv_field(tag: bytes, k, v) -> bytes | None:
@@ -230,32 +230,25 @@ def span_bytes(s) -> bytes:
         p.append(_once(state, _trace_state_field))
     parent = s.parent
     if parent is not None:
-        p.append(b"\x22\x08")
-        p.append(parent.span_id.to_bytes(8, "big"))
+        p += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
     if s.name:
         p.append(_name(b"\x2a", s.name))
     p.append(_KIND[s.kind])
     t = s.start_time
     if t:
-        p.append(b"\x39")
-        p.append(_Q(t))
+        p += (b"\x39", _Q(t))
     t = s.end_time
     if t:
-        p.append(b"\x41")
-        p.append(_Q(t))
+        p += (b"\x41", _Q(t))
     attrs = s.attributes
     if attrs:
         _attributes(b"\x4a", attrs, p)
     n = s.dropped_attributes
     if n:
-        p.append(b"\x50")
-        p.append(varint(n))
+        p += (b"\x50", varint(n))
     for e in s.events:
-        ep = []
         t = e.timestamp
-        if t:
-            ep.append(b"\x09")
-            ep.append(_Q(t))
+        ep = [b"\x09", _Q(t)] if t else []
         if e.name:
             ep.append(_name(b"\x12", e.name))
         attrs = e.attributes
@@ -263,16 +256,12 @@ def span_bytes(s) -> bytes:
             _attributes(b"\x1a", attrs, ep)
         n = e.dropped_attributes
         if n:
-            ep.append(b"\x20")
-            ep.append(varint(n))
+            ep += (b"\x20", varint(n))
         body = b"".join(ep)
-        p.append(b"\x5a")
-        p.append(varint(len(body)))
-        p.append(body)
+        p += (b"\x5a", varint(len(body)), body)
     n = s.dropped_events
     if n:
-        p.append(b"\x60")
-        p.append(varint(n))
+        p += (b"\x60", varint(n))
     for link in s.links:
         c = link.context
         lp = [b"\x0a\x10", c.trace_id.to_bytes(16, "big"), b"\x12\x08", c.span_id.to_bytes(8, "big")]
@@ -281,17 +270,13 @@ def span_bytes(s) -> bytes:
             _attributes(b"\x22", attrs, lp)
         n = link.dropped_attributes
         if n:
-            lp.append(b"\x28")
-            lp.append(varint(n))
+            lp += (b"\x28", varint(n))
         lp.append(_LINK_FLAGS_REMOTE if c.is_remote else _LINK_FLAGS)
         body = b"".join(lp)
-        p.append(b"\x6a")
-        p.append(varint(len(body)))
-        p.append(body)
+        p += (b"\x6a", varint(len(body)), body)
     n = s.dropped_links
     if n:
-        p.append(b"\x70")
-        p.append(varint(n))
+        p += (b"\x70", varint(n))
     status = s.status
     if status is not None:
         p.append(_once(status, _status_field))
