@@ -435,7 +435,7 @@ def resolve_exporters(env: Mapping[str, str], problems: list[str]) -> Exporters:
             ep = endpoints.get(f"OTEL_EXPORTER_OTLP_{s.upper()}_ENDPOINT") or endpoints.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
             # Python's OTLP default is gRPC; an endpoint on the HTTP port says otherwise.
             p = "http/protobuf" if _port(ep) == 4318 or "/v1/" in ep else "grpc"
-        if p == "http/json":
+        if p == "http/json" and s != "traces":  # evlog sends spans itself, OTLP/JSON too (exporter/otlp_send)
             problems.append(f"OTLP protocol http/json is not supported by the Python exporters for {s}; using http/protobuf")
             p = "http/protobuf"
         protocol[s] = p

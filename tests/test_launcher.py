@@ -65,7 +65,7 @@ def test_every_child_process_writes_to_the_shared_run_folder(tmp_path):
     assert (os.stat(run_dir).st_mode & 0o777) == 0o700, "run folders are readable by the user alone"
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])  # http/json: spans (evlog's own)
 def test_every_child_process_exports_over_otlp(tmp_path, otlp_receiver, protocol):
     script = _write(tmp_path, "family.py", FAMILY)
     run_instrumented([PYTHON, script], env=evlog_env(otlp_receiver.env(protocol)), check=True)

@@ -8,10 +8,12 @@ here. What a server got is read with opentelemetry-proto, never with evlog's dec
 counts the bytes on the wire where only they can tell (gRPC compression)."""
 from __future__ import annotations
 
+import base64
 import datetime
 import gzip
 import http.server
 import ipaddress
+import json
 import os
 import socket
 import ssl
@@ -25,14 +27,15 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanContext
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from evlog import stats
-from evlog.builders.span_data import SpanData, SpanEvent, readable
+from evlog.builders.span_data import SpanData, SpanEvent, SpanLink, readable
 from evlog.exporter import export_failures, otlp_send
 
 ExportTraceServiceRequest = trace_service_pb2.ExportTraceServiceRequest
@@ -510,6 +513,52 @@ def test_http_retryable_status_codes_carry_the_retry_after_delay(http_receiver, 
     http_receiver.headers = {"Retry-After": retry_after} if retry_after else {}
     said = say(_export_http)
     assert said[0] == otlp_send.Sent(False, 0, expected) and f"HTTP {status}" in said[1], said
+
+
+def test_http_json_carries_the_same_message_as_protobuf(http_receiver, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{http_receiver.plain}/v1/traces")
+    res = Resource({"service.name": "app", "n": 3, "on": True, "tags": ("a", "b")}, "https://example.com/r")
+    scope = InstrumentationScope("lib", "1.0", "https://example.com/s", {"scope.kind": "lib"})
+    remote = SpanContext(0xABC, 0x99, True, TraceFlags(1), TraceState([("vendor", "v1")]))
+    spans = [SpanData("plain", SpanContext(0xABC, 1, False), None, res, {"s": "ü", "i": -(1 << 63), "f": 0.5}),
+             SpanData("rich", SpanContext(0xABC, 2, False, TraceFlags(1), remote.trace_state), remote, res,
+                      {"b": b"\x00\xff", "fs": (1.5, float("inf")), "big": 1 << 64},
+                      [SpanEvent("e", 5, {"n": 1}, 2), SpanEvent("", 0)],
+                      [SpanLink(remote, {"why": "x"}, 1), SpanLink(SpanContext(0xDEF, 3, False))],
+                      SpanKind.SERVER, Status(StatusCode.ERROR, "bad"), 10, 20, scope, 4, 5, 6),
+             SpanData("ok", SpanContext(0xABC, 4, False), SpanContext(0xABC, 2, False), res, {},
+                      status=Status(StatusCode.OK), instrumentation_scope=scope)]
+    sender = otlp_send.HttpSpans(json=True)
+    try:
+        assert sender.export(spans).ok
+    finally:
+        sender.shutdown()
+    [(_, headers, _raw, body)] = http_receiver.got
+    assert headers["content-type"] == "application/json"
+    got = json_format.Parse(json.dumps(_ids_in_base64(json.loads(body))), ExportTraceServiceRequest())
+    expected = encode_spans([readable(s) for s in spans])
+    for rs in expected.resource_spans:  # an unset status is an empty message in protobuf, left out in JSON
+        for ss in rs.scope_spans:
+            for sp in ss.spans:
+                if sp.status == type(sp.status)():
+                    sp.ClearField("status")
+    assert got == expected
+
+
+def _ids_in_base64(request: dict) -> dict:
+    """OTLP/JSON's hex ids as the protobuf JSON mapping's base64 (what json_format reads)."""
+    def b64(hex_id):
+        return base64.b64encode(bytes.fromhex(hex_id)).decode()
+
+    for rs in request["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for sp in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in sp:
+                        sp[key] = b64(sp[key])
+                for link in sp.get("links", ()):
+                    link["traceId"], link["spanId"] = b64(link["traceId"]), b64(link["spanId"])
+    return request
 
 
 def test_http_a_redirect_is_not_followed_and_counts_as_sent_as_for_the_stock_exporter(http_receiver, monkeypatch):

@@ -4,6 +4,11 @@ This is the format the Collector's file exporter writes and its otlpjsonfile rec
 keys, 64-bit integers as strings, enums as numbers, trace and span ids as lowercase hex. Written by hand
 because the SDK's encoders go through protobuf objects (an import and a copy per item that the run
 folder does not need) and protobuf's JSON printer writes ids in base64, which OTLP/JSON forbids.
+
+Spans (SpanData or ReadableSpans) carry what their protobuf message carries (exporter/span_encoding.py):
+flags, dropped counts, link flags, scope attributes and schema URLs too; an unset status is left out (an
+empty message); an int attribute beyond int64 is left out, as the protobuf encoders leave it out. The
+run folder's lines and evlog's OTLP/JSON over HTTP (exporter/otlp_send.py) are this JSON.
 """
 from __future__ import annotations
 
@@ -51,7 +56,12 @@ def _double(v: float):
 def attributes(attrs: Mapping[str, Any] | None) -> list:
     if not attrs:
         return []
-    return [{"key": k, "value": any_value(v)} for k, v in attrs.items()]
+    return [{"key": k, "value": any_value(v)} for k, v in attrs.items() if not _beyond_int64(v)]
+
+
+def _beyond_int64(v) -> bool:
+    """An int no OTLP message can carry (the protobuf encoders leave such an attribute out)."""
+    return type(v) is int and not -(1 << 63) <= v < (1 << 63)
 
 
 def _resource(resource) -> dict:
@@ -64,6 +74,17 @@ def _scope(scope) -> dict:
     out = {"name": scope.name}
     if scope.version:
         out["version"] = scope.version
+    attrs = getattr(scope, "attributes", None)
+    if attrs:
+        out["attributes"] = attributes(attrs)
+    return out
+
+
+def _schema(out: dict, obj) -> dict:
+    """``out`` with the schema URL of ``obj`` (a resource or scope), if it has one."""
+    url = getattr(obj, "schema_url", None) if obj is not None else None
+    if url:
+        out["schemaUrl"] = url
     return out
 
 
@@ -96,26 +117,40 @@ def span(sp) -> dict:
     if ts:
         out["traceState"] = ts.to_header()
     if sp.events:
-        out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": attributes(e.attributes)}
-            for e in sp.events
-        ]
+        out["events"] = [_dropped({"timeUnixNano": str(e.timestamp), "name": e.name,
+                                   "attributes": attributes(e.attributes)}, e.dropped_attributes)
+                         for e in sp.events]
     if sp.links:
         out["links"] = [
             {
                 "traceId": f"{link.context.trace_id:032x}",
                 "spanId": f"{link.context.span_id:016x}",
                 "attributes": attributes(link.attributes),
+                **({"droppedAttributesCount": link.dropped_attributes} if link.dropped_attributes else {}),
+                "flags": _flags(link.context),
             }
             for link in sp.links
         ]
     status = sp.status
     code = _STATUS.get(status.status_code.name, 0)
-    if code:
-        out["status"] = {"code": code, **({"message": status.description} if status.description else {})}
-    dropped = getattr(sp, "dropped_attributes", 0)
-    if dropped:
-        out["droppedAttributesCount"] = dropped
+    if code or status.description:
+        out["status"] = {**({"code": code} if code else {}), **({"message": status.description} if status.description else {})}
+    for key, n in (("droppedAttributesCount", sp.dropped_attributes), ("droppedEventsCount", sp.dropped_events),
+                   ("droppedLinksCount", sp.dropped_links)):
+        if n:
+            out[key] = n
+    out["flags"] = _flags(sp.parent)
+    return out
+
+
+def _flags(context) -> int:
+    """Span.flags as the protobuf encoders write it: "has is_remote", and the context's is_remote."""
+    return 0x300 if context is not None and context.is_remote else 0x100
+
+
+def _dropped(out: dict, n: int) -> dict:
+    if n:
+        out["droppedAttributesCount"] = n
     return out
 
 
@@ -130,10 +165,11 @@ def _span_scope(s):
 def encode_spans(spans: Sequence) -> dict:
     return {
         "resourceSpans": [
-            {
+            _schema({
                 "resource": _resource(res),
-                "scopeSpans": [{"scope": _scope(sc), "spans": [span(s) for s in items]} for sc, items in scopes],
-            }
+                "scopeSpans": [_schema({"scope": _scope(sc), "spans": [span(s) for s in items]}, sc)
+                               for sc, items in scopes],
+            }, res)
             for res, scopes in _group(spans, _span_resource, _span_scope)
         ]
     }
@@ -180,6 +216,11 @@ def _resource_text(res) -> str:
     return memo(_text_cache, id(res), res, lambda x: dumps(_resource(x)), res, 256)
 
 
+def _schema_text(obj) -> str:
+    url = getattr(obj, "schema_url", None) if obj is not None else None
+    return f',"schemaUrl":{dumps(url)}' if url else ""
+
+
 def _scope_text(scope) -> str:
     return memo(_text_cache, id(scope), scope, lambda x: dumps(_scope(x)), scope, 256)
 
@@ -187,14 +228,17 @@ def _scope_text(scope) -> str:
 def span_text(s) -> str:
     """dumps(span(s))."""
     ctx = s.context
-    if s.events or s.links or s.status.status_code is not _UNSET or ctx.trace_state or getattr(s, "dropped_attributes", 0):
+    status = s.status
+    if (s.events or s.links or status.status_code is not _UNSET or status.description or ctx.trace_state
+            or s.dropped_attributes or s.dropped_events or s.dropped_links):
         return dumps(span(s))
     attrs = s.attributes
     if len(attrs) > 4:  # a span of its own (a Dask task's key...): nothing to share with others
         return dumps(span(s))
     parent = s.parent
     head, attr_text = _span_const(s.name, s.kind, attrs)
-    tail = f',"parentSpanId":"{parent.span_id:016x}"}}' if parent is not None else "}"
+    tail = (f',"parentSpanId":"{parent.span_id:016x}","flags":{_flags(parent)}}}' if parent is not None
+            else ',"flags":256}')
     return (f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",{head},'
             f'"startTimeUnixNano":"{s.start_time or 0}","endTimeUnixNano":"{s.end_time or 0}",{attr_text}{tail}')
 
@@ -203,9 +247,9 @@ def encode_spans_text(spans: Sequence) -> str:
     """dumps(encode_spans(spans)), the same JSON (whitespace and key order included)."""
     out = []
     for res, scopes in _group(spans, _span_resource, _span_scope):
-        groups = [f'{{"scope":{_scope_text(sc)},"spans":[' + ",".join([span_text(s) for s in items]) + "]}"
-                  for sc, items in scopes]
-        out.append(f'{{"resource":{_resource_text(res)},"scopeSpans":[' + ",".join(groups) + "]}")
+        groups = [f'{{"scope":{_scope_text(sc)},"spans":[' + ",".join([span_text(s) for s in items]) + "]"
+                  + _schema_text(sc) + "}" for sc, items in scopes]
+        out.append(f'{{"resource":{_resource_text(res)},"scopeSpans":[' + ",".join(groups) + "]" + _schema_text(res) + "}")
     return '{"resourceSpans":[' + ",".join(out) + "]}"
 
 

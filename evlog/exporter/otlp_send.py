@@ -3,11 +3,12 @@
 The stock span exporters encode the spans themselves (OTLPSpanExporter.export takes ReadableSpans), so
 the exporter process sends the request it encoded by itself: over OTLP/gRPC with grpcio's public channel
 API (a unary call of ``TraceService/Export`` whose request is the bytes as they are), and over OTLP/HTTP
-with requests (POST to ``/v1/traces``, as the stock HTTP exporter does). Log records and metrics keep the
-stock exporters.
+with requests (POST to ``/v1/traces``, as the stock HTTP exporter does): protobuf, or with ``http/json``
+OTLP/JSON (otlp_json, the run folder's lines), which Python's own exporters lack. Log records and metrics
+keep the stock exporters (and http/protobuf for http/json).
 
 Every variable the stock span exporters (opentelemetry-exporter-otlp-proto-grpc and -http 1.45) read is
-read here with the same meaning (``settings()``):
+read here with the same meaning (``grpc_settings``, ``http_settings``):
 - OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT; HTTP appends ``/v1/traces`` to the
   general one only; gRPC uses the host and port of a URL (a value that is not a URL as it is);
 - OTEL_EXPORTER_OTLP(_TRACES)_HEADERS: ``key=value,...``, percent-decoded, keys lower-cased;
@@ -418,7 +419,7 @@ class HttpSpans:
 
     def export(self, spans) -> Sent:
         if self.json:
-            request = otlp_json.encode_spans_text(spans).encode("utf-8", "surrogatepass")
+            request = otlp_json.encode_spans_text(spans).encode("utf-8", "replace")  # a lone surrogate: "?"
         else:
             request = span_encoding.encode(spans)
         if len(request) > MAX_REQUEST:
