@@ -404,10 +404,11 @@ def _settings(env: dict):
 
 
 def _collect_less() -> None:
-    """This process holds thousands of SDK spans (some 40 objects each) between building and export, and
-    the garbage collector walked them all again every few hundred allocations: 164 us of CPU per Dask task
-    with CPython's thresholds, 149 with these, 143 with no collection at all (benchmarks/dask_overhead.py,
-    3 pairs each). What start-up imported is never garbage: frozen out of every collection."""
+    """This process holds thousands of spans (a Dask task span and its events are some 20 objects) between
+    building and export, and the garbage collector walked them all again every few hundred allocations:
+    with the SDK's spans, 164 us of CPU per Dask task with CPython's thresholds, 149 with these, 143 with no
+    collection at all (benchmarks/dask_overhead.py, 3 pairs each). What start-up imported is never
+    garbage: frozen out of every collection."""
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
 
