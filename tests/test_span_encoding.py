@@ -156,6 +156,11 @@ def test_values_that_are_equal_but_encode_differently_are_never_taken_from_one_a
          {"v": (0.0,)}, {"v": (-0.0,)}, {"v": (1, 2)}, {"v": (True, False)}])]
     assert_same(made)
     assert_same(made[::-1])
+    with_events = [SpanData("s", SpanContext(7, i + 1, False), None, res, NO_ATTRIBUTES,
+                            [SpanEvent("e", 5, attrs), SpanEvent("e", 6, {"w": "x", **attrs})])
+                   for i, attrs in enumerate([{"v": "1"}, {"v": 1}, {"v": True}, {"v": 1.0}, {"v": "1"}])]
+    assert_same(with_events)
+    assert_same(with_events[::-1])
 
 
 def test_a_full_cache_starts_again_and_changes_nothing(monkeypatch):

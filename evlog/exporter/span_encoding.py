@@ -3,10 +3,11 @@
 The stock encoder (opentelemetry.exporter.otlp.proto.common.trace_encoder) builds a protobuf object per
 span, event, attribute and value, then serializes them: most of the exporter process's CPU for Dask's
 spans. Here the bytes are written directly, and what repeats is written once: a resource's and a scope's
-bytes per object, a span or event name's bytes per name, and an attribute's bytes per (key, value) for
-string, int and bool values (a task's prefix, state and worker; a transition's start, finish and
-stimulus). The message is exactly the stock encoder's, field for field, in the same order (protobuf
-serializes by field number); tests/test_span_encoding.py proves it on generated spans.
+bytes per object, a span or event name's bytes per name, an attribute's bytes per (key, value) for
+string, int and bool values (a task's prefix, state and worker), and an event's name and attributes
+per (name, attributes) when all are strings (a transition's start, finish, worker and stimulus). The
+message is exactly the stock encoder's, field for field, in the same order (protobuf serializes by field
+number); tests/test_span_encoding.py proves it on generated spans.
 
 Input: spans with ReadableSpan's attributes: evlog.builders.span_data.SpanData, or the SDK's ReadableSpan.
 As in the stock encoder (1.45):
@@ -158,6 +159,38 @@ def _attributes_bytes(tag: bytes, attributes) -> bytes:
     return b"".join(out)
 
 
+_events: dict = {}  # (name, attribute items) -> an event's name and attributes fields
+
+
+def _event_rest(name: str, attrs, dropped: int) -> bytes:
+    """An Event's fields after its time: name, attributes, dropped count. Written once per (name,
+    attributes) where every value is a str (a transition's start, finish, worker and stimulus repeat from
+    task to task; str only, as 1 == True == 1.0 would find one another's bytes), else each time."""
+    if attrs and not dropped:
+        for v in attrs.values():
+            if type(v) is not str:
+                break
+        else:
+            key = (name, *attrs.items())
+            out = _events.get(key)
+            if out is None:
+                out = _event_fields(name, attrs, 0)
+                if len(_events) >= CACHE_LIMIT:
+                    _events.clear()
+                _events[key] = out
+            return out
+    return _event_fields(name, attrs, dropped)
+
+
+def _event_fields(name: str, attrs, dropped: int) -> bytes:
+    ep = [_name(b"\x12", name)] if name else []
+    if attrs:
+        _attributes(b"\x1a", attrs, ep)
+    if dropped:
+        ep += (b"\x20", varint(dropped))
+    return b"".join(ep)
+
+
 # ---- what is written once per object or name -------------------------------------------------------
 
 _names: dict = {}  # (field tag, name) -> the field's bytes
@@ -248,16 +281,8 @@ def span_bytes(s) -> bytes:
         p += (b"\x50", varint(n))
     for e in s.events:
         t = e.timestamp
-        ep = [b"\x09", _Q(t)] if t else []
-        if e.name:
-            ep.append(_name(b"\x12", e.name))
-        attrs = e.attributes
-        if attrs:
-            _attributes(b"\x1a", attrs, ep)
-        n = e.dropped_attributes
-        if n:
-            ep += (b"\x20", varint(n))
-        body = b"".join(ep)
+        rest = _event_rest(e.name, e.attributes, e.dropped_attributes)
+        body = b"\x09" + _Q(t) + rest if t else rest
         p += (b"\x5a", varint(len(body)), body)
     n = s.dropped_events
     if n:
