@@ -13,6 +13,7 @@ import os
 from typing import Callable
 
 from evlog import notices
+from evlog.builders.span_data import readable
 from evlog.destinations import unknown
 
 SIGNAL_OTLP = {  # spans: evlog.exporter.otlp_send
@@ -88,8 +89,6 @@ class TakesSdkSpans:
         self.exporter = exporter
 
     def export(self, spans):
-        from evlog.builders.span_data import readable
-
         return self.exporter.export([readable(s) for s in spans])
 
     def shutdown(self):
