@@ -98,6 +98,8 @@ def _msg(body: Any) -> str:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from evlog.process_count import plus_exporters
+
     store, where = _open(args)
     s = store.summary()
     if args.json:
@@ -112,7 +114,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         ("events", s["events"], ""),
         ("logs", s["logs"], ""),
         ("metric points", s["metric_points"], ""),
-        ("processes", s["processes"], f"({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})"),
+        ("processes", s["processes"], f"{plus_exporters(s['exporters'])} ({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})".lstrip()),
         ("traces", s["traces"], _computations(s.get("computations") or 0)),
     ):
         print(f"{label:<14}{value:>12,}  {note}".rstrip())
