@@ -221,11 +221,13 @@ def _need_view_extras(command: str) -> None:
     only once the server starts."""
     import importlib
 
+    from evlog.version import DISTRIBUTION
+
     for module in _VIEW_EXTRAS[command]:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise CLIError(f"evlog {command} needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+            raise CLIError(f"evlog {command} needs the viewer extras: pip install '{DISTRIBUTION}[view]' ({e})") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

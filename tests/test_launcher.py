@@ -92,7 +92,7 @@ def test_summary_says_how_to_get_the_viewer_when_it_is_not_installed(tmp_path):
                           capture_output=True, timeout=120)
     [run] = (tmp_path / "evlog-runs").iterdir()
     assert proc.returncode == 0
-    assert f"see them with: python -m pip install 'evlog[view]' && evlog view evlog-runs/{run.name}" \
+    assert f"see them with: python -m pip install 'evlog-otel[view]' && evlog view evlog-runs/{run.name}" \
         in proc.stderr.decode(), proc.stderr
 
 

@@ -147,7 +147,9 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
 def view_command(run_dir: str) -> str:
     """The command that shows a run folder (with the viewer's install first, if it is missing)."""
     view = f"evlog view {_shell_path(run_dir)}"
-    return view if _viewer_installed() else f"python -m pip install 'evlog[view]' && {view}"
+    from evlog.version import DISTRIBUTION
+
+    return view if _viewer_installed() else f"python -m pip install '{DISTRIBUTION}[view]' && {view}"
 
 
 def _viewer_installed() -> bool:
