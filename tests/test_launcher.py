@@ -412,7 +412,7 @@ if __name__ == "__main__":
     # a span exported before this process becomes the scheduler: its resource then gains dask.role, so
     # the process has two resources in the data (one process, counted once)
     trace.get_tracer("app").start_span("before the cluster").end()
-    trace.get_tracer_provider().force_flush()
+    getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \\
             Client(cluster) as client:
         print(sum(client.gather(client.map(inc, range(20)))))
@@ -420,10 +420,16 @@ if __name__ == "__main__":
 
 
 def test_the_summary_and_evlog_summary_count_the_same_processes_each_once(tmp_path):
-    """The scheduler's process with two resources, the 2 workers, and multiprocessing's resource tracker
-    (a process of the run that makes no telemetry): 3 processes + evlog's exporter, in both summaries."""
+    """The scheduler's process with two resources, the 2 workers (two resources each, when they export
+    before they know their role), and multiprocessing's resource tracker (counted when it lived long
+    enough to export its gauges): each process once, the exporter process apart, in the launcher's
+    summary, `evlog summary` and the dashboard's overview."""
     import json
     import re
+
+    from evlog.data.panels.overview import overview
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
 
     script = _write(tmp_path, "app.py", SCHEDULER_TWICE)
     run = tmp_path / "run"
@@ -438,15 +444,21 @@ def test_the_summary_and_evlog_summary_count_the_same_processes_each_once(tmp_pa
     program = [r for r in resources if r.get("evlog.process.role") != "exporter"]
     (main_pid,) = {r["process.pid"] for r in program if r.get("dask.role") == "scheduler"}
     assert len([r for r in program if r["process.pid"] == main_pid]) == 2, program  # the case under test
-    assert {r.get("dask.role") for r in program} >= {"scheduler", "worker"}
+    assert len({r["process.pid"] for r in program if r.get("dask.role") == "worker"}) == 2, program
     pids = {r["process.pid"] for r in program}
-    assert len(pids) == 3, pids
-    assert (int(said.group(1)), bool(said.group(2))) == (3, True), said.group(0)
+    assert len(pids) < len(program) and len(pids) >= 3, program
+    assert (int(said.group(1)), bool(said.group(2))) == (len(pids), True), (said.group(0), pids)
     cli = subprocess.run([PYTHON, "-m", "evlog.cli", "summary", str(run), "--json"], capture_output=True, timeout=120,
                          env=evlog_env())
     assert cli.returncode == 0, cli.stderr
     counted = json.loads(cli.stdout)
-    assert (counted["processes"], counted["exporters"]) == (3, 1), counted
+    assert (counted["processes"], counted["exporters"]) == (len(pids), 1), (counted, pids)
     text = subprocess.run([PYTHON, "-m", "evlog.cli", "summary", str(run)], capture_output=True, timeout=120,
                           env=evlog_env()).stdout.decode()
-    assert re.search(r"^processes\s+3  \+ evlog's exporter \(1 host\)$", text, re.M), text
+    assert re.search(rf"^processes\s+{len(pids)}  \+ evlog's exporter \(1 host\)$", text, re.M), text
+    # the dashboard's header counts and its run selector
+    store = Store(None)
+    RunFolder(str(run)).load_into(store)
+    page = overview(store, None, store, str(run))
+    assert (page["summary"]["processes"], page["summary"]["exporters"]) == (len(pids), 1), page["summary"]
+    assert [r["processes"] for r in page["runs"]] == [len(pids)], page["runs"]
