@@ -153,8 +153,8 @@
   function connect() {
     clearTimeout(state.retry);
     if (state.es) state.es.close();
-    var url = "api/stream" + (EV.token ? "?token=" + encodeURIComponent(EV.token) : "");
-    var es = state.es = new EventSource(url);
+    // no token in the URL: the API answer that came before set the server's cookie, which EventSource sends
+    var es = state.es = new EventSource("api/stream");
     status("connecting", "connecting");
     es.addEventListener("open", function () {
       state.connected = true;
