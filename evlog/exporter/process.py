@@ -47,6 +47,7 @@ def _builders(logs=None, metrics=None):
     from evlog.builders import console as console_logs
     from evlog.builders import dask_executions
     from evlog.builders import dask_lives
+    from evlog.builders import dask_readings
     from evlog.builders import pool_spans
 
     from evlog.builders import sdk_rebuild
@@ -56,6 +57,9 @@ def _builders(logs=None, metrics=None):
 
     def dask_worker(meta, resource):
         return dask_executions.Executions(resource)
+
+    def dask_vocabulary(meta, resource):  # Dask's own spans and fine performance metrics
+        return dask_readings.Readings(meta, resource, metrics)
 
     def pools(meta, resource):
         return pool_spans.PoolSpans(resource)
@@ -69,6 +73,7 @@ def _builders(logs=None, metrics=None):
         return profiles.ProfileLogs(meta, resource, _profiles_pipeline().add)
 
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
+            dask_readings.KIND: dask_vocabulary,
             console_logs.KIND: console, profiles.KIND: profile,
             sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
             sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),

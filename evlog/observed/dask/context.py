@@ -160,6 +160,11 @@ def _take(kw: dict):
     return _submitted.set(carrier)
 
 
+def graph_carrier():
+    """Scheduler, in update_graph: the carrier that came with the graph being added, or None."""
+    return _submitted.get()
+
+
 def carry(scheduler, keys, group, split=None) -> list | None:
     """The scheduler's ``update_graph`` hook: each task of the graph that is to run for it gets the
     carrier that came with the graph; without one, ``group(tasks)`` makes one for them and returns it.

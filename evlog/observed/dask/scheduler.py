@@ -31,6 +31,7 @@ from evlog.observed import events
 from evlog.observed import records
 
 from evlog.observed.dask import context as dc
+from evlog.observed.dask import readings as dask_readings
 from evlog.observed.dask import shape as dask_shape
 from evlog.wire import dask as wire
 from evlog.observed.dask import spans as ds
@@ -66,6 +67,7 @@ class SchedulerRecorder(SchedulerPlugin):
         self._time = time.time
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
         self.counts: Counter = Counter()  # (start, finish) -> transitions so far
+        self.readings = dask_readings.Readings(scheduler)  # Dask's spans and fine performance metrics
         _live.add(self)
 
     # ---- the hot path: one tuple of atoms per transition -----------------------------------------
@@ -123,6 +125,7 @@ class SchedulerRecorder(SchedulerPlugin):
                     self._log.extend(shapes)
         except Exception as exc:
             notices.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
+        self._log.extend(self.readings.graph(annotations, tasks))  # before the tasks' first transitions
 
     def _group(self, client, need) -> dict | None:
         from opentelemetry import context, trace
@@ -139,6 +142,7 @@ class SchedulerRecorder(SchedulerPlugin):
         return dask_shape.split(tasks, carrier, self.trace_tasks, self._time())
 
     async def close(self):
+        self.readings.close()
         records.remove(self._log)
         retire(self)
 
