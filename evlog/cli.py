@@ -98,12 +98,16 @@ def _msg(body: Any) -> str:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from evlog.data.panels.fine_metrics import dask_spans
     from evlog.process_count import plus_exporters
 
     store, where = _open(args)
     s = store.summary()
+    spans = dask_spans(store)  # the Dask spans the program named (distributed.span)
     if args.json:
-        print(json.dumps({"source": where, **s}))
+        print(json.dumps({"source": where, **s, "dask_spans": [  # times in ns, as the summary's
+            {"id": x["id"], "name": x["name"], "start": round(x["start"] * 1e9), "end": round(x["end"] * 1e9),
+             "wall_s": x["wall_s"]} for x in spans]}))
         return 0
     span = ""
     if s["start"] and s["end"]:
@@ -119,6 +123,10 @@ def cmd_summary(args: argparse.Namespace) -> int:
     ):
         print(f"{label:<14}{value:>12,}  {note}".rstrip())
     print(f"{'time range':<14}{span or '-':>12}")
+    if spans:
+        print(f"{'Dask spans':<14}{len(spans):>12,}")
+        _table([["  " * (x["depth"] + 1) + x["label"], f"{x['wall_s']:,.3f} s", _when(int(x["start"] * 1e9))]
+                for x in spans])
     return 0
 
 

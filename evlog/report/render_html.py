@@ -137,6 +137,7 @@ def _computation(i: int, c: dict) -> str:
     out.append(_table(["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
                        "erred/retried"], rows, "prefixes", numeric={1}))
     out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("<h3>Stragglers</h3>")
         for s in c["stragglers"]:
@@ -194,6 +195,7 @@ def render_html(rep: dict) -> str:
         parts.append('<section id="workers"><h2>Workers</h2>' + _table(
             ["worker", "tasks", "threads", "busy", "utilisation", "idle", "longest idle", "transfer in"], rows,
             "workers", numeric={1, 2, 3, 4, 5}) + "</section>")
+    parts += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         rows = [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]), f["erred"]]
@@ -242,3 +244,31 @@ def _profiles(groups: dict) -> list[str]:
                        f'{_d(prof["seconds"])} sampled; top {min(SHOWN, len(prof["top"]))} by self time)</span></h4>')
             out.append(_table(["function", "where", "self", "total"], rows(prof), "profile", numeric={2, 3}))
     return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    if not lines:
+        return []
+    return ["<h3>Where the task time went <span class=\"muted\">(Dask's fine performance metrics)</span></h3>",
+            '<ul class="activity">' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>"]
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    if not spans:
+        return []
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return ['<section id="dask-spans"><h2>Dask spans <span class="muted">(distributed.span; a span\'s figures '
+            "include its sub-spans')</span></h2>"
+            + _table(["span", "start (UTC)", "wall", "task time", "where it went"], rows, "dask-spans", numeric={2, 3})
+            + "</section>"]

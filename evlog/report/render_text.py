@@ -89,6 +89,7 @@ def _computation(c: dict) -> list[str]:
                      if s["erred"] or s["retried"] else "-"])
     out += _table(rows)
     out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
         for s in c["stragglers"]:
@@ -153,6 +154,7 @@ def render_text(rep: dict) -> str:
                         "idle", "longest idle", "transfer in"], rows)
         if rep["most_transfer"]:
             out.append(f"  most transfer time: {rep['most_transfer']['worker']} ({_d(rep['most_transfer']['transfer_s'])})")
+    out += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
@@ -197,3 +199,24 @@ def _profiles(groups: dict) -> list[str]:
                        f"top {min(SHOWN, len(prof['top']))} by self time):")
             out += _table([["function", "where", "self", "total"]] + rows(prof))
     return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    return ["Where the task time went (Dask's fine performance metrics):"] + [f"  {x}" for x in lines] if lines else []
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return _section("Dask spans (distributed.span; a span's figures include its sub-spans'):",
+                    ["span", "start", "wall", "task time", "where it went"], rows) if rows else []

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from evlog.data.jsonsafe import finite
-from evlog.data.store import store_rows
+from evlog.data.store import store_points, store_rows
+from evlog.report import activity
 from evlog.report.analysis import analyse
 
 _CHUNK = 500  # keys per SQL IN (...)
@@ -72,6 +73,7 @@ def dashboard_report(store: Any, source: str = "") -> dict:
         return empty
     try:
         rep = analyse(spans, logs, source)
+        activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
     except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
         return {**empty, "error": f"the report could not be made from this data: {e!r}"}
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]

@@ -34,6 +34,7 @@ from evlog.data import bearer
 from evlog.data.panels.console import console
 from evlog.data.panels.dag import task_graph
 from evlog.data.panels.events import events
+from evlog.data.panels.fine_metrics import fine_metrics
 from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, gantt
 from evlog.data.panels.metadata import graphs
 from evlog.data.panels.overview import overview, runs
@@ -112,6 +113,7 @@ class Dashboard:
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
             ("/api/profile", self._profile),  # issue 31: flame graphs (evlog/data/panels/flame.py)
+            ("/api/fine", self._fine),  # Dask's fine performance metrics and spans (panels/fine_metrics.py)
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -338,6 +340,12 @@ class Dashboard:
         q = request.query
         worker, label, span = q.get("worker") or None, q.get("label") or None, q.get("span") or None
         return self._json(await self._run((run, "profile", worker, label, span), flame, st, worker, label, span))
+
+    async def _fine(self, request: Any) -> Any:
+        """Dask's fine performance metrics of the run, or of one Dask span (``span``), in ``unit``."""
+        st, run = await self._view(request)
+        span, unit = request.query.get("span") or None, request.query.get("unit") or "seconds"
+        return self._json(await self._run((run, "fine", span, unit), fine_metrics, st, span, unit))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change (at most two a second), a comment

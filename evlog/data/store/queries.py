@@ -298,6 +298,13 @@ class Queries:
             return self._q(sql + " LIMIT ?", (limit,))
         return self._q(sql)
 
+    def spans_named(self, prefix: str, cat: int, limit: int) -> list[dict]:
+        """The first ``limit`` spans of category ``cat`` whose name starts with ``prefix``, in start order,
+        with their attributes (e.g. the Dask spans a program named: evlog/data/panels/fine_metrics.py)."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return self._span_dicts(self._q(_SPAN_SELECT + " WHERE s.cat = ? AND s.name LIKE ? ESCAPE '\\' "
+                                        "ORDER BY s.start LIMIT ?", (cat, like, limit)))
+
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
 

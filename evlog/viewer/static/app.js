@@ -110,6 +110,7 @@
       EV.refreshConsole().catch(failed("console")),  // console.js
       EV.refreshProgress().catch(failed("progress")),
       EV.refreshProfile().catch(failed("profile")),  // profile.js (issue 31)
+      EV.refreshFine().catch(failed("fine")),  // fine.js: Dask's fine performance metrics and spans
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {

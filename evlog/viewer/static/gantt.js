@@ -222,6 +222,7 @@
       g.fillStyle = "rgba(91,141,239,.18)";
       g.fillRect(Math.min(this.drag[0], this.drag[1]), 0, Math.abs(this.drag[1] - this.drag[0]), n * lh);
     }
+    if (EV.afterGanttDraw) EV.afterGanttDraw(this);  // fine.js: the Dask spans' bands above the chart
   };
 
   /** The bar (index) under a point, with 2 px of tolerance; null if none. */
