@@ -336,7 +336,7 @@ def test_the_fine_performance_metrics_panel_and_the_span_bands_draw_in_a_browser
         nap = browser.js("Array.from(document.querySelectorAll('#fine .fine-row[data-name=nap] i[data-activity]'))"
                          ".map(i => [i.dataset.activity, parseFloat(i.style.width)])")
         assert max(nap, key=lambda x: x[1])[0] == "thread-noncpu", nap
-        assert browser.wait_js("+document.getElementById('dask-bands').dataset.bands", what="the bands") == 4
+        assert browser.wait_js("+document.getElementById('gantt-section').dataset.daskBands", what="the bands") == 4
         # narrowed to Dask's span "load": its tree has nap only, and no gather-dep/get-data figures
         browser.js("(() => { const s = document.getElementById('fine-span'); s.value = %r; "
                    "s.dispatchEvent(new Event('change')); })()" % ids["load"])

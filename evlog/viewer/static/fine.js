@@ -7,7 +7,7 @@
    the Dask spans the program named, with their durations.
 
    The Dask spans also draw as labelled bands above the Gantt, one row per nesting level, on the
-   Gantt's time axis: ``EV.afterGanttDraw`` is called by the Gantt after each draw. */
+   Gantt's time axis (``band`` below). */
 "use strict";
 (function () {
   var $ = function (id) { return document.getElementById(id); };
@@ -59,7 +59,7 @@
 
   function render(d) {
     EV.daskSpans = d.spans;
-    if (EV.gantt && EV.gantt.data) EV.gantt.draw();  // the bands above it
+    showBands();
     $("fine-section").hidden = d.empty && !d.spans.length;
     var spanSel = $("fine-span"), unitSel = $("fine-unit");
     spanSel.innerHTML = "";
@@ -105,41 +105,71 @@
   $("fine-span").addEventListener("change", function (e) { fine.span = e.target.value; EV.refreshFine(); });
   $("fine-unit").addEventListener("change", function (e) { fine.unit = e.target.value; EV.refreshFine(); });
 
-  /** The Dask spans as labelled bands above the Gantt, on its time axis (called after each Gantt draw). */
-  EV.afterGanttDraw = function (gantt) {
-    var c = $("dask-bands"), spans = EV.daskSpans || [], d = gantt.data;
-    var shown = spans.filter(function (s) { return d && s.end >= d.t0 && s.start <= d.t1; });
-    c.hidden = !shown.length;
-    c.setAttribute("data-bands", shown.length);
-    if (!shown.length) return;
-    var depth = 0;
-    shown.forEach(function (s) { if (s.depth > depth) depth = s.depth; });
-    var dpr = window.devicePixelRatio || 1, w = gantt.width, h = (depth + 1) * ROW + 2;
+  /** The Dask spans as labelled bands above the Gantt, on its time axis: a band of the Gantt's band layer
+      (``gantt.addBand``) where it has one, else drawn on a canvas of its own above it after each of the
+      Gantt's draws (``EV.afterGanttDraw``). One row per nesting level; a band's colour is its root span's. */
+  var band = {
+    id: "dask-spans",
+    shown: function (gantt) {
+      var d = gantt.data;
+      return (EV.daskSpans || []).filter(function (s) { return d && s.end >= d.t0 && s.start <= d.t1; });
+    },
+    height: function (gantt) {
+      var depth = -1;
+      band.shown(gantt).forEach(function (s) { if (s.depth > depth) depth = s.depth; });
+      return depth < 0 ? 0 : (depth + 1) * ROW + 2;
+    },
+    draw: function (g, gantt, top) {
+      var d = gantt.data, shown = band.shown(gantt), drawn = [];
+      var xOf = function (t) { return gantt.x ? gantt.x(t) : gantt._x(t); };
+      var left = xOf(d.t0), right = xOf(d.t1);
+      g.font = "11px system-ui, sans-serif";
+      g.fillStyle = "#6b7385";
+      g.fillText(LABEL, 4, top + 12);
+      shown.forEach(function (s) {
+        var x0 = Math.max(xOf(s.start), left), x1 = Math.max(Math.min(xOf(s.end), right), x0 + 2), y = top + s.depth * ROW + 1;
+        g.fillStyle = EV.colour(s.name[0], true);
+        g.fillRect(x0, y, x1 - x0, ROW - 2);
+        g.strokeStyle = EV.colour(s.name[0]); g.lineWidth = 1;
+        g.strokeRect(x0 + 0.5, y + 0.5, x1 - x0 - 1, ROW - 3);
+        var text = s.name[s.name.length - 1];
+        if (g.measureText(text).width + 6 <= x1 - x0) { g.fillStyle = "#1d2330"; g.fillText(text, x0 + 3, y + ROW - 5); }
+        drawn.push({ x0: x0, x1: x1, y0: y, y1: y + ROW - 2, span: s });
+      });
+      band.drawn = drawn;
+      $("gantt-section").setAttribute("data-dask-bands", shown.length);
+    },
+  };
+
+  function hover(e) {
+    var c = e.target, r = c.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top, hit = null;
+    (band.drawn || []).forEach(function (b) { if (x >= b.x0 && x <= b.x1 && y >= b.y0 && y <= b.y1) hit = b.span; });
+    c.title = hit ? "Dask span " + hit.label + " · " + EV.duration(hit.wall_s) + " · " + EV.clock(hit.start) + " → " + EV.clock(hit.end) : "";
+  }
+
+  var placed = false;
+  function showBands() {
+    if (!placed && EV.gantt && EV.gantt.addBand) {
+      EV.gantt.addBand(band);
+      EV.gantt.canvas.addEventListener("mousemove", hover);
+      placed = true;
+    } else if (EV.gantt && EV.gantt.data) {
+      EV.gantt.draw();
+    }
+  }
+
+  EV.afterGanttDraw = function (gantt) {  // a Gantt without a band layer: a canvas of its own above it
+    if (gantt.addBand) return;
+    var c = $("dask-bands"), h = gantt.data ? band.height(gantt) : 0;
+    c.hidden = !h;
+    if (!h) { $("gantt-section").setAttribute("data-dask-bands", 0); band.drawn = []; return; }
+    var dpr = window.devicePixelRatio || 1, w = gantt.width;
     c.style.height = h + "px";
     c.width = Math.round(w * dpr); c.height = Math.round(h * dpr);
     var g = c.getContext("2d");
     g.setTransform(dpr, 0, 0, dpr, 0, 0);
     g.clearRect(0, 0, w, h);
-    g.font = "11px system-ui, sans-serif";
-    g.fillStyle = "#6b7385";
-    g.fillText(LABEL, 4, 12);
-    var drawn = [], left = gantt._x(d.t0), right = gantt._x(d.t1);
-    shown.forEach(function (s) {
-      var x0 = Math.max(gantt._x(s.start), left), x1 = Math.max(Math.min(gantt._x(s.end), right), x0 + 2), y = s.depth * ROW + 1;
-      g.fillStyle = EV.colour(s.name[0], true);
-      g.fillRect(x0, y, x1 - x0, ROW - 2);
-      g.strokeStyle = EV.colour(s.name[0]); g.lineWidth = 1;
-      g.strokeRect(x0 + 0.5, y + 0.5, x1 - x0 - 1, ROW - 3);
-      var text = s.name[s.name.length - 1];
-      if (g.measureText(text).width + 6 <= x1 - x0) { g.fillStyle = "#1d2330"; g.fillText(text, x0 + 3, y + ROW - 5); }
-      drawn.push({ x0: x0, x1: x1, y0: y, y1: y + ROW - 2, span: s });
-    });
-    c.drawnBands = drawn;
+    band.draw(g, gantt, 0, h);
   };
-
-  $("dask-bands").addEventListener("mousemove", function (e) {
-    var c = e.target, r = c.getBoundingClientRect(), x = e.clientX - r.left, y = e.clientY - r.top, hit = null;
-    (c.drawnBands || []).forEach(function (b) { if (x >= b.x0 && x <= b.x1 && y >= b.y0 && y <= b.y1) hit = b.span; });
-    c.title = hit ? "Dask span " + hit.label + " · " + EV.duration(hit.wall_s) + " · " + EV.clock(hit.start) + " → " + EV.clock(hit.end) : "";
-  });
+  $("dask-bands").addEventListener("mousemove", hover);
 })();
