@@ -349,3 +349,65 @@ def test_the_fine_performance_metrics_panel_and_the_span_bands_draw_in_a_browser
     finally:
         browser.close()
         _stop(proc)
+
+
+HOLDS_APP = r'''
+import json, time
+from distributed import Client, LocalCluster, span
+from distributed.scheduler import TaskGroup, TaskState
+from distributed.spans import Span
+
+def inc(x):
+    return x + 1
+
+def dask_objects(obj, seen, path, out, depth=0):
+    """Dask objects reachable from ``obj`` (not through the scheduler itself, which the plugin is given)."""
+    if id(obj) in seen or depth > 12:
+        return
+    seen.add(id(obj))
+    if isinstance(obj, (TaskGroup, TaskState, Span)):
+        out.append(path)
+        return
+    for k, v in (vars(obj).items() if hasattr(obj, "__dict__") else []):
+        if k not in ("scheduler", "_handle"):  # the Scheduler it reads; the event loop's timer
+            dask_objects(v, seen, path + "." + k, out, depth + 1)
+    for k in getattr(type(obj), "__slots__", ()):
+        if hasattr(obj, k):
+            dask_objects(getattr(obj, k), seen, path + "." + k, out, depth + 1)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            dask_objects(k, seen, path + "[key]", out, depth + 1)
+            dask_objects(v, seen, path + "[" + repr(k)[:40] + "]", out, depth + 1)
+    elif isinstance(obj, (list, tuple, set, frozenset)) or type(obj).__name__ == "deque":
+        for v in list(obj):
+            dask_objects(v, seen, path + "[]", out, depth + 1)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        with span("outer"):
+            with span("inner"):
+                client.gather(client.map(inc, range(20)))
+        client.gather(client.map(inc, range(20, 30)))
+        readings = cluster.scheduler.plugins["evlog-telemetry"].readings
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(  # the workers' heartbeats brought the figures
+                isinstance(k, tuple) and k[0] == "execute" for k in cluster.scheduler.cumulative_worker_metrics):
+            time.sleep(0.1)
+        cluster.scheduler.loop.add_callback(readings.read)  # one more reading, on the event loop
+        client.run_on_scheduler(lambda dask_scheduler: None)
+        found = []
+        dask_objects(readings, set(), "readings", found)
+        print("''' + MARK + r'''" + json.dumps({"found": found, "spans": len(readings._spans),
+                                                 "keys": len(readings._keys)}), flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_the_readings_keep_no_dask_object(tmp_path):
+    """Reading copies ids, names and numbers: nothing of Dask's (TaskGroup, TaskState, Span) is held."""
+    (tmp_path / "app.py").write_text(HOLDS_APP)
+    out = said(run_instrumented([PYTHON, str(tmp_path / "app.py")], env=evlog_env({"EVLOG_SUMMARY": "false",
+                                "EVLOG_RUN_DIR": str(tmp_path / "run")}), cwd=str(tmp_path), timeout=180))
+    assert out["spans"] == 2 and out["keys"] > 4, out  # it did read: the two named spans and the figures
+    assert out["found"] == [], out["found"]

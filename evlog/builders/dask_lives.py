@@ -8,6 +8,9 @@ client lets go) still join the same span as events, for GRACE seconds or until t
 later ones start a new life, which is exported only if something happened in it (a worker holding the
 result died, the task ran again), so a task costs one span however long its result lives.
 
+A task whose group is in a Dask span the program named (``distributed.span``, announced in the same
+stream: evlog/observed/dask/readings.py) carries that span's id, ``dask.span.id``.
+
 Spans are built with the SDK's public types (ReadableSpan, Event, Resource, SpanContext).
 
 Records: evlog/wire/dask.py (kind ``dask.transition``); a big computation's batch and group spans

@@ -12,6 +12,9 @@ The span's parent is the client call's ``dask.compute`` span, whose context came
 client without evlog) gets one ``dask.compute`` span made here, per submission, and its tasks carry
 that to the workers, so they put their spans in the same trace.
 
+Dask's own spans and fine performance metrics are read on this scheduler's event loop by readings.py
+(``self.readings``): its ``graph`` from ``update_graph``, its ``close`` from ``close``.
+
 ``log_event`` calls published here become ``dask.log_event`` events (and entries of this process's
 evlog.get_events ledger), except those relayed from a worker or client that did both itself
 (workers with evlog say so in their startup information; clients are assumed to have evlog).
