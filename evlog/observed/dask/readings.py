@@ -173,20 +173,27 @@ class Readings:
                 if not final and st.quiet >= SETTLE and (self._reads + hash(sid)) % SETTLED_EVERY:
                     continue
                 sp = spans.get(sid)
-                if sp is None:
-                    continue
-                done = sp.done
-                times = (sp.start, sp.stop if done else None, done)
-                changed = times != st.times
-                if changed:
-                    st.times = times
-                    self._log.append((wire.TIMES, now, sid) + times)  # wire.dask.SpanTimes
-                figures = sp.cumulative_worker_metrics
-                figures.pop(IDLE, None)  # Dask's estimate from the cluster's threads, not a measurement
-                changed |= self._figures(sid, figures, st.figures, now)
-                st.quiet = 0 if changed or not done else st.quiet + 1
+                if sp is not None:
+                    self._span(sid, sp, st, now)
         except Exception as exc:
             notices.warn_once("dask-readings", f"Dask's fine performance metrics could not be read: {exc!r}")
+
+    def _span(self, sid, sp, st: _Span, now: float) -> None:
+        """One Dask span's times and figures, when they changed (a span that cannot be read now is
+        read again next time, the others go on)."""
+        try:
+            done = sp.done
+            times = (sp.start, sp.stop if done else None, done)
+            changed = times != st.times
+            if changed:
+                st.times = times
+                self._log.append((wire.TIMES, now, sid) + times)  # wire.dask.SpanTimes
+            figures = sp.cumulative_worker_metrics  # a new dict, summed over the span's tree
+            figures.pop(IDLE, None)  # Dask's estimate from the cluster's threads, not a measurement
+            changed |= self._figures(sid, figures, st.figures, now)
+            st.quiet = 0 if changed or not done else st.quiet + 1
+        except Exception as exc:
+            notices.warn_once("dask-readings-span", f"a Dask span's figures could not be read: {exc!r}")
 
     def _figures(self, sid, current, last: dict, now: float) -> bool:
         """One Figures record of the entries of ``current`` that changed since ``last`` (updated)."""
