@@ -19,7 +19,8 @@ from evlog.wire import dask as wire
 
 from .common import pct
 
-__all__ = ["METRICS", "attach", "latest", "line"]
+__all__ = ["METRICS", "attach", "latest", "line"]  # what the report's command, renderers and panel use
+
 CPU, OFF_CPU = "thread-cpu", "thread-noncpu"
 WHAT = {  # an activity of execute, as a line of the report says it
     CPU: "on the CPU",
