@@ -308,6 +308,10 @@ def test_the_report_says_where_each_prefixs_time_went_and_lists_the_dask_spans(l
     assert spans[ids["load"]]["prefixes"].keys() == {"nap"}
     assert spans[ids["etl"]]["prefixes"].keys() == {"nap", "crunch"}  # its tree's figures
     assert any("prefix nap is" in a and "off the CPU" in a for a in rep["advice"])
+    # a client call is named with the Dask span its tasks ran in
+    names = [c["name"] for c in rep["computations"]]
+    assert {"map nap in etl / load (6 tasks)", "map crunch in etl / clean (6 tasks)", "submit sum in reduce"} <= \
+        set(names), names
     text = subprocess.run([PYTHON, "-m", "evlog.cli", "report", str(run)], capture_output=True, timeout=120,
                           env=evlog_env()).stdout.decode()
     assert "nap: " in text and "% off the CPU" in text and "etl / clean" in text

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from evlog.data.intervals import merge
 from evlog.report.common import NS
+from evlog.wire import dask as wire_dask
 
 _FINAL = ("memory", "erred")
 _READY = ("processing", "queued", "no-worker")
@@ -179,11 +180,11 @@ class Computation:
     def wall_ns(self) -> int:
         return max(0, (self.end or 0) - (self.start or 0))
 
-    def what(self) -> str:
-        """What the user computed, in Dask's words: the Dask span the tasks ran in, else the output's
-        prefix (the delayed function's name, or the collection's last step: ``sum-aggregate``), never
-        Dask's ``finalize-...`` wrapper."""
-        span = dask_span_of(self.tasks.values())
+    def what(self, span_names: dict | None = None) -> str:
+        """What the user computed, in Dask's words: the output's prefix (the delayed function's name, or
+        the collection's last step: ``sum-aggregate``), never Dask's ``finalize-...`` wrapper, and the
+        Dask span its tasks ran in (``span_names``: Dask span id -> its name path)."""
+        span = dask_span_of(self.tasks.values(), span_names or {})
         key = self.first_key or (next(iter(self.tasks)) if self.tasks else "")
         t = self.tasks.get(key)
         prefix = t.prefix if t is not None else key_prefix(key)
@@ -194,24 +195,25 @@ class Computation:
         return f"{prefix} in {span}" if span else prefix
 
 
-def name_all(comps: list[Computation]) -> None:
+def name_all(comps: list[Computation], span_names: dict | None = None) -> None:
     """Names the computations ``{method} {what} ({n} tasks)``; a name used again (the same graph
     computed in a loop) gets `` #2``, `` #3``, ... in start order, so advice can say which call."""
     seen: dict[str, int] = {}
     for c in comps:
         n = len(c.tasks)
-        base = f"{c.method} {c.what()}" + (f" ({n:,} tasks)" if n != 1 else "")
+        base = f"{c.method} {c.what(span_names)}" + (f" ({n:,} tasks)" if n != 1 else "")
         k = seen[base] = seen.get(base, 0) + 1
         c.name = base if k == 1 else f"{base} #{k}"
 
 
-def dask_span_of(tasks) -> str:
-    """The innermost Dask span (``distributed.span``) all these tasks ran in, as ``etl/load``; empty
-    when they ran in none, in Dask's implicit ``default`` span, or in different ones."""
+def dask_span_of(tasks, span_names: dict) -> str:
+    """The innermost Dask span (``distributed.span``) all these tasks ran in, as ``etl / load``: the
+    common start of their spans' name paths. Empty when they ran in none (Dask's implicit ``default``
+    span has no ``dask.span.id``) or in unrelated ones."""
     path = None
     for t in tasks:
-        p = t.span["attributes"].get("dask.span.name") if t.span is not None else None
-        p = tuple(p) if isinstance(p, (list, tuple)) else ()
+        sid = t.span["attributes"].get(wire_dask.ATTR_SPAN_ID) if t.span is not None else None
+        p = span_names.get(str(sid), ()) if sid else ()
         if path is None:
             path = p
         elif p != path:
@@ -221,9 +223,19 @@ def dask_span_of(tasks) -> str:
             path = path[:n]
         if not path:
             return ""
-    if not path or path == ("default",):
-        return ""
-    return "/".join(str(x) for x in path)
+    return " / ".join(str(x) for x in path or ())  # as the Dask spans' tables and panel write a path
+
+
+def span_names(span_rows: list[dict]) -> dict:
+    """Dask span id -> its name path (a tuple), from the run's ``dask.span {tag}`` spans."""
+    out = {}
+    for r in span_rows:
+        if r["name"].startswith(wire_dask.SPAN_NAME + " "):
+            a = r["attributes"]
+            name = a.get(wire_dask.ATTR_SPAN_NAME)
+            if a.get(wire_dask.ATTR_SPAN_ID) and isinstance(name, (list, tuple)):
+                out[str(a[wire_dask.ATTR_SPAN_ID])] = tuple(str(x) for x in name)
+    return out
 
 
 def key_prefix(key: str) -> str:
@@ -364,7 +376,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
     for c in out:
         c.close()
     out.sort(key=lambda c: (c.start or 0, c.id))
-    name_all(out)
+    name_all(out, span_names(span_rows))
     return out
 
 
