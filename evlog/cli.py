@@ -188,7 +188,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evlog.report.command import ReportError, run
 
     try:
-        return run(args.run_dir, args.db, args.format, args.output, RUNS, args.run)
+        return run(args.run_dir, args.db, args.format, args.output, RUNS, args.run, args.what_if or [])
     except ReportError as e:
         raise CLIError(str(e)) from None
 
@@ -477,6 +477,15 @@ def _size(v: str) -> int:
     return n
 
 
+def _shape(v: str):
+    from evlog.report.whatif_run import parse_shape
+
+    try:
+        return parse_shape(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evlog", description="Look at what evlog recorded: a live dashboard, "
                                 "an OTLP receiver with SQLite storage, and task stories and events on the console.")
@@ -536,6 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--run", metavar="ID", help="with --db: the run (its evlog.run.id) to report on (default: the newest)")
     rp.add_argument("--format", choices=("text", "json", "html"), default="text", help="text (default), json or html")
     rp.add_argument("-o", "--output", metavar="FILE", help="write to FILE (required for html; default stdout)")
+    rp.add_argument("--what-if", action="append", type=_shape, metavar="workers=N[,threads=T]",
+                    help="predict the Dask computations' time on N workers of T threads (default T: as "
+                    "recorded) by replaying the recorded graph; processes=N for process pools; repeatable")
     rp.set_defaults(fn=cmd_report)
     return p
 

@@ -19,6 +19,11 @@ from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_M
 from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
+    return analyse_with_model(spans, logs, source)[0]
+
+
+def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "") -> tuple[dict, list[Computation]]:
+    """``analyse``, and the computations it found (evlog.report.model), for what-if (whatif_run)."""
     comps = build(spans)
     made = made_by(comps)
     out_comps = [computation(c, made) for c in comps]
@@ -44,7 +49,7 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
         if part and part.get("start") is not None:
             times += [int(part["start"] * NS), int(part["end"] * NS)]
     start, end = (min(times), max(times)) if times else (None, None)
-    return {
+    out = {
         "source": source,
         "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else 0.0,
         "computations": out_comps,
@@ -55,6 +60,7 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
         "metadata": meta,
         "advice": advice,
     }
+    return out, comps
 
 
 # -------------------------------------------------------------------------------------------------

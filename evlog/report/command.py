@@ -12,8 +12,8 @@ import json
 import os
 import sys
 
-from evlog.report import activity
-from evlog.report.analysis import analyse
+from evlog.report import activity, whatif_run
+from evlog.report.analysis import analyse_with_model
 
 
 class ReportError(Exception):
@@ -73,8 +73,10 @@ def load_db(path: str, run: str | None = None) -> tuple[list, list, str, list]:
 
 
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",
-                 run: str | None = None) -> dict:
-    """The report dict of a run folder (default: the newest under ``runs``) or a database."""
+                 run: str | None = None, what_if: list | None = None, curve: bool = False) -> dict:
+    """The report dict of a run folder (default: the newest under ``runs``) or a database; with
+    ``what_if`` (evlog.report.whatif_run.Shape's), the predictions for those shapes (and with
+    ``curve``, predicted time against workers)."""
     from evlog.data.run_reader import RunFolderError, newest_run
 
     enabled = gc.isenabled()
@@ -90,8 +92,13 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
             spans, logs, source, points = load_folder(path)
         if not spans and not logs:
             raise ReportError(f"{source}: no spans or events to report on")
-        report = analyse(spans, logs, source)
+        report, comps = analyse_with_model(spans, logs, source)
         activity.attach(report, spans, points)  # Dask's fine performance metrics and its spans
+        if what_if:  # after activity: the replay takes each prefix's CPU share from its activity_s
+            try:
+                whatif_run.attach(report, comps, spans, what_if, curve)
+            except whatif_run.WhatIfError as e:
+                raise ReportError(str(e)) from None
         return report
     finally:
         if enabled:
@@ -111,14 +118,14 @@ def render(report: dict, fmt: str) -> str:
 
 
 def run(run_dir: str | None, db: str | None, fmt: str, output: str | None, runs: str = "evlog-runs",
-        run_id: str | None = None) -> int:
+        run_id: str | None = None, what_if: list | None = None) -> int:
     if run_dir and db:
         raise ReportError("give a run folder or --db, not both")
     if run_id is not None and not db:
         raise ReportError("--run picks a run of an `evlog serve` database: give --db too")
     if fmt == "html" and not output:
         raise ReportError("--format html writes a file: give -o report.html")
-    text = render(build_report(run_dir, db, runs, run_id), fmt)
+    text = render(build_report(run_dir, db, runs, run_id, what_if, curve=fmt == "html"), fmt)
     if not output or output == "-":
         sys.stdout.write(text)
         return 0

@@ -184,6 +184,7 @@ def render_text(rep: dict) -> str:
                 rows.append([k, f"{s['last']:.6g}", f"{s['first']:.6g}", f"{s['min']:.6g}", f"{s['max']:.6g}",
                              s["trend"]])
             out += _table(rows, "    ")
+    out += _what_if(rep)
     return "\n".join(out) + "\n"
 
 
@@ -220,3 +221,32 @@ def _dask_spans(spans: list[dict]) -> list[str]:
              line("", s["activity_s"])[2:] or "-"] for s in spans]
     return _section("Dask spans (distributed.span; a span's figures include its sub-spans'):",
                     ["span", "start", "wall", "task time", "where it went"], rows) if rows else []
+
+
+# ---- what-if (evlog.report.whatif_run) ----------------------------------------------------------
+
+
+def _what_if(rep: dict) -> list[str]:
+    """The shapes asked with --what-if: predicted against recorded time, what limits each; the
+    model's inputs; per computation when there are several."""
+    from evlog.report.whatif_run import limit_words, model_words, shape_name
+
+    entries = rep.get("what_if")
+    if not entries:
+        return []
+    out = ["", "What if (the recorded run replayed on other shapes; docs/report.md, \"What-if\"):"]
+    rows = [["shape", "predicted", "recorded", "limited by"]]
+    rows += [[shape_name(e), _d(e["predicted_s"]), _d(e["recorded_s"]), limit_words(e)] for e in entries]
+    out += _table(rows)
+    out += [f"  {line}" for line in model_words(rep.get("what_if_model") or {})]
+    comps = [c for c in rep["computations"] if c.get("what_if")]
+    if len(comps) > 1:
+        shapes = [shape_name(e) for e in comps[0]["what_if"]]
+        out.append("  per computation (predicted):")
+        rows = [["name", "recorded"] + shapes]
+        for c in sorted(comps, key=lambda c: -c["wall_s"])[:DETAILED]:
+            rows.append([c["name"], _d(c["wall_s"])] + [_d(e["predicted_s"]) for e in c["what_if"]])
+        out += _table(rows, "    ")
+        if len(comps) > DETAILED:
+            out.append(f"    ... {len(comps) - DETAILED:,} more (all of them in --format json)")
+    return out
