@@ -92,7 +92,7 @@ def test_root_ish_tasks_queue_on_the_scheduler_and_a_spare_slot_hides_the_latenc
     # ceil(1.1 x 1) = 2 at once, then one more each time one ends: the next is always there already,
     # so only the first pays the latency: 0.1 + 4 x 1
     loads = [node(f"load-{k}", 1, group="load", priority=k) for k in range(8)]
-    assert rootish_groups(loads, 2) == {"load"} and rootish_groups(loads, 4) == set()
+    assert rootish_groups(Graph(loads), 2) == {"load"} and rootish_groups(Graph(loads), 4) == set()
     r = run(loads, 2, latency=0.1)
     assert secs(r.makespan) == 4.1
     assert r.limited_by == "workers"

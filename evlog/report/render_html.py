@@ -50,6 +50,18 @@ _JS = """
     const keys = Object.keys(g.series);
     plot(el, g.process, g.xs, keys.map(k => ({label: k, values: g.series[k]})), g.x === 'time');
   });
+  document.querySelectorAll('.chart[data-what-if]').forEach(el => {
+    // what-if: predicted time against workers, the recorded run as a point (evlog.report.whatif_run)
+    const w = R.what_if_curve;
+    if (!w || typeof uPlot === 'undefined') return;
+    const recorded = w.workers.map(x => x === w.recorded.workers ? w.recorded.seconds : null);
+    new uPlot({title: 'predicted time against workers (' + w.threads + ' thread' + (w.threads === 1 ? '' : 's') + ' each)',
+      width: Math.min(1100, el.clientWidth || 900), height: 240, scales: {x: {time: false}},
+      axes: [{label: 'workers', incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]}, {label: 'seconds'}],
+      series: [{label: 'workers'}, {label: 'predicted', stroke: '#1a73e8', width: 2},
+               {label: 'recorded', stroke: '#d93025', paths: () => null, points: {show: true, size: 10, fill: '#d93025'}}]},
+      [w.workers, w.predicted_s, recorded], el);
+  });
   document.body.dataset.charts = 'done';
 })();
 """
@@ -225,6 +237,7 @@ def render_html(rep: dict) -> str:
                          + _table(["key", "last", "first", "min", "max", "trend"], rows, "metadata")
                          + f'<div class="chart" data-meta="{i}"></div>')
         parts.append("</section>")
+    parts += _what_if(rep)
     data = json.dumps(rep, default=str).replace("<", "\\u003c")
     parts.append(f'<script id="report-data" type="application/json">{data}</script>')
     parts.append(f"<script>{_vendor('uPlot.iife.min.js')}</script>")
@@ -272,3 +285,31 @@ def _dask_spans(spans: list[dict]) -> list[str]:
             "include its sub-spans')</span></h2>"
             + _table(["span", "start (UTC)", "wall", "task time", "where it went"], rows, "dask-spans", numeric={2, 3})
             + "</section>"]
+
+
+# ---- what-if (evlog.report.whatif_run) ----------------------------------------------------------
+
+def _what_if(rep: dict) -> list[str]:
+    """The shapes asked with --what-if: a table of predicted against recorded time and what limits
+    each, the model's inputs, and the curve of predicted time against workers (drawn in the page)."""
+    from evlog.report.whatif_run import limit_words, model_words, shape_name
+
+    entries = rep.get("what_if")
+    if not entries:
+        return []
+    rows = [[shape_name(e), _d(e["predicted_s"]), _d(e["recorded_s"]), limit_words(e)] for e in entries]
+    out = ['<section id="what-if"><h2>What if</h2>',
+           '<p class="muted">The recorded run replayed on other shapes (docs/report.md, "What-if").</p>',
+           _table(["shape", "predicted", "recorded", "limited by"], rows, "what-if", numeric={1, 2})]
+    out += [f'<p class="muted">{_e(line)}</p>' for line in model_words(rep.get("what_if_model") or {})]
+    if rep.get("what_if_curve"):
+        out.append('<div class="chart" data-what-if="1"></div>')
+    comps = [c for c in rep["computations"] if c.get("what_if")]
+    if len(comps) > 1:
+        shapes = [shape_name(e) for e in comps[0]["what_if"]]
+        rows = [[c["name"], _d(c["wall_s"])] + [_d(e["predicted_s"]) for e in c["what_if"]] for c in comps[:200]]
+        out.append("<h3>Per computation (predicted)</h3>" + _table(["name", "recorded"] + shapes, rows,
+                                                                   "what-if-computations",
+                                                                   numeric=set(range(1, len(shapes) + 2))))
+    out.append("</section>")
+    return out

@@ -30,13 +30,15 @@ discrete-event simulation of Dask's scheduler on that shape:
 made a task start no earlier (its last dependency, or the task whose end freed its thread) and
 charges the time on that chain to the critical path (tasks waiting on each other), the workers
 (tasks that waited for a thread or a queue slot), transfers, the GIL (the slow-down of tasks
-sharing one) or the scheduler's latency.
+sharing one), the scheduler's latency, or the submission (the time before the chain's first task
+reached the scheduler: the client sending the graph, or an earlier call's result).
 
 ``list_schedule`` is the model of pools: independent calls, each to the process free first.
 """
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 
 #: Dask's defaults (distributed.yaml): ``distributed.scheduler.worker-saturation``,
@@ -47,7 +49,7 @@ DEFAULT_BANDWIDTH = 100_000_000
 ROOTISH_TG = 5
 ROOTISH_TG_DEPENDENCIES = 5
 
-LIMITS = ("critical path", "workers", "transfers", "the GIL", "scheduler latency")
+LIMITS = ("critical path", "workers", "transfers", "the GIL", "scheduler latency", "submission")
 
 
 class Node:
@@ -81,11 +83,41 @@ class Graph:
     """The tasks of one computation, and the time outside the replay: ``tail`` from the last task's
     end to the end of the client's call (its results coming back)."""
 
-    __slots__ = ("nodes", "tail")
+    __slots__ = ("nodes", "tail", "_shape")
 
     def __init__(self, nodes: list[Node], tail: float = 0.0):
         self.nodes = nodes
         self.tail = float(tail)
+        self._shape = None
+
+    def shape(self) -> tuple:
+        """What every replay of the graph needs, made once: each node's dependents and count of
+        dependencies, its prefix's mean duration (Dask's estimate), and per task group its size and
+        its dependency groups' count and total size."""
+        if self._shape is None:
+            nodes = self.nodes
+            dependents: list[list[int]] = [[] for _ in nodes]
+            waiting = []
+            for i, nd in enumerate(nodes):
+                ds = set(nd.deps)
+                waiting.append(len(ds))
+                for d in ds:
+                    dependents[d].append(i)
+            sums: dict[str, list] = {}
+            size: dict[str, int] = {}
+            dep_groups: dict[str, set] = {}
+            for nd in nodes:
+                x = sums.setdefault(nd.prefix, [0.0, 0])
+                x[0] += nd.duration
+                x[1] += 1
+                size[nd.group] = size.get(nd.group, 0) + 1
+                g = dep_groups.setdefault(nd.group, set())
+                for d in nd.deps:
+                    g.add(nodes[d].group)
+            est = [sums[nd.prefix][0] / sums[nd.prefix][1] for nd in nodes]
+            groups = {g: (k, len(dep_groups[g]), sum(size[x] for x in dep_groups[g])) for g, k in size.items()}
+            self._shape = (dependents, waiting, est, groups)
+        return self._shape
 
 
 class Params:
@@ -127,20 +159,12 @@ class Replay:
         return max(LIMITS, key=lambda k: (self.limits.get(k, 0.0), k == "critical path"))
 
 
-def rootish_groups(nodes: list[Node], total_threads: int) -> set[str]:
+def rootish_groups(graph: Graph, total_threads: int) -> set[str]:
     """The task groups Dask's ``is_rootish`` calls root-ish on a cluster of ``total_threads``:
     over twice as many tasks as threads, and their dependency groups fewer than ROOTISH_TG with fewer
     than ROOTISH_TG_DEPENDENCIES tasks in all."""
-    size: dict[str, int] = {}
-    for n in nodes:
-        size[n.group] = size.get(n.group, 0) + 1
-    dep_groups: dict[str, set] = {}
-    for n in nodes:
-        s = dep_groups.setdefault(n.group, set())
-        for d in n.deps:
-            s.add(nodes[d].group)
-    return {g for g, k in size.items() if k > 2 * total_threads and len(dep_groups[g]) < ROOTISH_TG
-            and sum(size[x] for x in dep_groups[g]) < ROOTISH_TG_DEPENDENCIES}
+    return {g for g, (k, ndeps, deps_size) in graph.shape()[3].items()
+            if k > 2 * total_threads and ndeps < ROOTISH_TG and deps_size < ROOTISH_TG_DEPENDENCIES}
 
 
 # the kinds of events of a replay, in the order they are handled at one time
@@ -156,22 +180,14 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     if not n:
         return Replay(0.0, graph.tail, {}, [], [], [])
     W, T = workers, threads
-    lat, bw, xlat = params.latency, params.bandwidth, params.transfer_latency
+    lat, xlat, per_byte = params.latency, params.transfer_latency, 1e9 / params.bandwidth
     cap = max(math.ceil(params.saturation * T), 1) if not math.isinf(params.saturation) else None
-    rootish = rootish_groups(nodes, W * T) if cap is not None else set()
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    waiting = [0] * n
-    for i, nd in enumerate(nodes):
-        ds = set(nd.deps)
-        waiting[i] = len(ds)
-        for d in ds:
-            dependents[d].append(i)
-    est_sum: dict[str, list] = {}
-    for nd in nodes:
-        s = est_sum.setdefault(nd.prefix, [0.0, 0])
-        s[0] += nd.duration
-        s[1] += 1
-    est = [est_sum[nd.prefix][0] / est_sum[nd.prefix][1] for nd in nodes]
+    rootish = rootish_groups(graph, W * T) if cap is not None else set()
+    dependents, waiting0, est, _ = graph.shape()
+    waiting = list(waiting0)
+    gil = T > 1 and any(nd.cpu > 0 for nd in nodes)
+    duration = [nd.duration for nd in nodes]
+    priority = [nd.priority for nd in nodes]
 
     free = [T] * W                    # free threads
     processing = [0] * W              # tasks sent to the worker and not ended
@@ -179,14 +195,16 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     held = [0] * W                    # bytes of results the worker holds
     ready_at: list[list] = [[] for _ in range(W)]  # heap (priority, i): arrived, waiting for a thread
     who: list = [None] * n            # workers holding the result
-    # running tasks per worker: i -> [time left alone (ns), cpu share]; the worker's rate and its last update
+    # with the GIL: running tasks per worker, i -> [time left alone (ns), cpu share]; the worker's
+    # rate and when its tasks' progress was last taken
     running: list[dict] = [{} for _ in range(W)]
     rate = [1.0] * W
     updated = [0.0] * W
     version = [0] * n
     queue: list = []                  # the scheduler's queue of root-ish tasks: (priority, i)
     ev: list = []                     # (time, kind, seq, i, worker, version)
-    seq = 0
+    seq = itertools.count()
+    push = heapq.heappush
 
     ready = [0.0] * n                 # when the last dependency ended (or the release)
     last_dep = [-1] * n               # that dependency
@@ -199,52 +217,52 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     freed_by = [-1] * n               # the task whose end gave it its thread (it waited for one)
     rr = 0                            # Dask's round-robin among empty workers
 
-    def push(t: float, kind: int, i: int, w: int = -1, v: int = 0) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(ev, (t, kind, seq, i, w, v))
-
     def send(i: int, w: int, t: float) -> None:
         """The scheduler sends task i to worker w at t: its inputs come, then it waits for a thread."""
         worker[i] = w
         sent[i] = t
         processing[w] += 1
         occ[w] += est[i]
-        by_source: dict[int, int] = {}
-        for d in nodes[i].deps:
-            h = who[d]
-            if h is not None and w not in h:
-                src = next(iter(h))
-                by_source[src] = by_source.get(src, 0) + nodes[d].nbytes
-                h.add(w)
-                held[w] += nodes[d].nbytes
-        f = max((xlat + b / bw * 1e9 for b in by_source.values()), default=0.0)
+        f = 0.0
+        deps = nodes[i].deps
+        if deps:
+            by_source: dict[int, int] = {}
+            for d in deps:
+                h = who[d]
+                if w not in h:
+                    src = min(h)
+                    by_source[src] = by_source.get(src, 0) + nodes[d].nbytes
+                    h.add(w)
+                    held[w] += nodes[d].nbytes
+            if by_source:
+                f = xlat + max(by_source.values()) * per_byte
         fetch[i] = f
-        arrive[i] = t + lat + f
-        push(arrive[i], _ARRIVE, i, w)
+        arrive[i] = a = t + lat + f
+        push(ev, (a, _ARRIVE, next(seq), i, w, 0))
 
     def place(i: int, t: float) -> None:
         """Task i is ready at t: to the scheduler's queue, or to a worker now."""
         nonlocal rr
         nd = nodes[i]
         if nd.group in rootish:
-            heapq.heappush(queue, (nd.priority, i))
+            heapq.heappush(queue, (priority[i], i))
             return
-        holders = set()
-        for d in nd.deps:
-            if who[d] is not None:
+        deps = nd.deps
+        if deps:
+            holders = set()
+            for d in deps:
                 holders |= who[d]
-        if len(holders) == 1:
-            w = next(iter(holders))
-        elif holders:
-            def objective(x: int) -> tuple:
-                lack = sum(nodes[d].nbytes for d in nd.deps if who[d] is not None and x not in who[d])
-                return (occ[x] / T + lack / bw * 1e9, held[x], x)
-            w = min(holders, key=objective)
+            if len(holders) == 1:
+                w = next(iter(holders))
+            else:
+                def objective(x: int) -> tuple:
+                    lack = sum(nodes[d].nbytes for d in deps if x not in who[d])
+                    return (occ[x] / T + lack * per_byte, held[x], x)
+                w = min(holders, key=objective)
         else:
-            total = sum(occ)
-            idle = [x for x in range(W) if processing[x] < T or occ[x] < T * (total / (W * T)) / 2] or list(range(W))
-            w = min(idle, key=lambda x: occ[x])
+            mean = sum(occ) / (W * T)
+            idle = [x for x in range(W) if processing[x] < T or occ[x] < T * mean / 2] or list(range(W))
+            w = min(idle, key=occ.__getitem__)
             if occ[w] == 0:
                 for k in range(W):
                     x = (rr + k) % W
@@ -257,67 +275,67 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     def dispatch(t: float) -> None:
         """Queued root-ish tasks to workers with a free slot, the least busy first."""
         while queue:
-            best, load = -1, None
+            best, load = -1, cap
             for x in range(W):
-                if processing[x] < cap and (load is None or processing[x] < load):
+                if processing[x] < load:
                     best, load = x, processing[x]
             if best < 0:
                 return
-            _, i = heapq.heappop(queue)
-            send(i, best, t)
+            send(heapq.heappop(queue)[1], best, t)
 
-    def reschedule(w: int, t: float) -> None:
-        """The worker's running tasks after a change of who runs: their progress so far at the old
-        rate, their ends at the new one."""
-        r_old = rate[w]
-        run = running[w]
-        elapsed = (t - updated[w]) * r_old
+    def progress(w: int, t: float) -> None:
+        """With the GIL: the worker's running tasks' progress up to t at its rate."""
+        elapsed = (t - updated[w]) * rate[w]
         updated[w] = t
-        demand = 0.0
-        for st in run.values():
-            st[0] -= elapsed
-            demand += st[1]
+        if elapsed:
+            for st in running[w].values():
+                st[0] -= elapsed
+
+    def rerate(w: int, t: float) -> None:
+        """With the GIL: the worker's rate after a change of who runs, and its tasks' new ends."""
+        run = running[w]
+        demand = sum(st[1] for st in run.values())
         r_new = 1.0 if demand <= 1.0 else 1.0 / demand
-        rate[w] = r_new
-        if r_new == r_old == 1.0:
+        if r_new == rate[w] == 1.0:
             return
+        rate[w] = r_new
         for j, st in run.items():
             version[j] += 1
-            push(t + max(0.0, st[0]) / r_new, _END, j, w, version[j])
+            push(ev, (t + max(0.0, st[0]) / r_new, _END, next(seq), j, w, version[j]))
 
     def begin(w: int, t: float, after: int) -> None:
-        while free[w] and ready_at[w]:
-            _, i = heapq.heappop(ready_at[w])
+        """Free threads of w take its arrived tasks, in priority order."""
+        ra = ready_at[w]
+        while free[w] and ra:
+            i = heapq.heappop(ra)[1]
             free[w] -= 1
             start[i] = t
             if t > arrive[i]:
                 freed_by[i] = after
-            elapsed = (t - updated[w]) * rate[w]
-            for st in running[w].values():
-                st[0] -= elapsed
-            updated[w] = t
-            running[w][i] = [nodes[i].duration, nodes[i].cpu]
-            before = rate[w]
-            reschedule(w, t)  # progress already taken: only the rate may change
-            if rate[w] == before == 1.0:
-                version[i] += 1
-                push(t + nodes[i].duration, _END, i, w, version[i])
+            if gil:
+                progress(w, t)
+                running[w][i] = [duration[i], nodes[i].cpu]
+                before = rate[w]
+                rerate(w, t)
+                if not (rate[w] == before == 1.0):
+                    continue  # rerate gave it its end
+            version[i] += 1
+            push(ev, (t + duration[i], _END, next(seq), i, w, version[i]))
 
     for i in range(n):
         if not waiting[i]:
-            push(nodes[i].release, _RELEASE, i)
+            push(ev, (nodes[i].release, _RELEASE, next(seq), i, -1, 0))
+    pop = heapq.heappop
     while ev:
-        t, kind, _, i, w, v = heapq.heappop(ev)
+        t, kind, _, i, w, v = pop(ev)
         if kind == _END:
             if v != version[i]:
                 continue
             end[i] = t
-            elapsed = (t - updated[w]) * rate[w]
-            for st in running[w].values():
-                st[0] -= elapsed
-            updated[w] = t
-            del running[w][i]
-            reschedule(w, t)
+            if gil:
+                progress(w, t)
+                del running[w][i]
+                rerate(w, t)
             free[w] += 1
             processing[w] -= 1
             occ[w] -= est[i]
@@ -329,12 +347,14 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                     ready[j] = t
                     last_dep[j] = i
                     place(j, t)
-            begin(w, t, i)
+            if ready_at[w]:
+                begin(w, t, i)
             if queue:
                 dispatch(t)
         elif kind == _ARRIVE:
-            heapq.heappush(ready_at[w], (nodes[i].priority, i))
-            begin(w, t, -1)
+            push(ready_at[w], (priority[i], i))
+            if free[w]:
+                begin(w, t, -1)
         else:
             ready[i] = t
             place(i, t)
@@ -342,15 +362,16 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                 dispatch(t)
     makespan = max(end)
     return Replay(makespan, makespan + graph.tail, _limits(nodes, ready, last_dep, sent, fetch, arrive, start, end,
-                                                           freed_by, lat), start, end, worker)
+                                                           freed_by), start, end, worker)
 
 
-def _limits(nodes, ready, last_dep, sent, fetch, arrive, start, end, freed_by, lat) -> dict:
+def _limits(nodes, ready, last_dep, sent, fetch, arrive, start, end, freed_by) -> dict:
     """ns by cause on the chain back from the last task to end (module docstring). The chain tiles
     the time: a task that waited for a thread is preceded by the task whose end freed it, and counts
     to the workers; one that started when it arrived is preceded by its transfers, the scheduler's
     latency, its time in the scheduler's queue (the workers) and its last dependency, and counts to
-    the critical path. A task's slow-down by the GIL counts to the GIL."""
+    the critical path. A task's slow-down by the GIL counts to the GIL, and the time before the
+    chain's first task reached the scheduler to the submission."""
     out = dict.fromkeys(LIMITS, 0.0)
     i = max(range(len(nodes)), key=lambda k: end[k])
     for _ in range(len(nodes)):
@@ -366,6 +387,7 @@ def _limits(nodes, ready, last_dep, sent, fetch, arrive, start, end, freed_by, l
         out["scheduler latency"] += max(0.0, arrive[i] - fetch[i] - sent[i])
         out["workers"] += sent[i] - ready[i]  # in the scheduler's queue, for a slot
         if last_dep[i] < 0:
+            out["submission"] += ready[i]
             break
         i = last_dep[i]
     return out

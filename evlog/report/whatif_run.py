@@ -351,14 +351,14 @@ def _default_chunk(n: int, processes: int) -> int:
 
 
 def _units(rows: list[dict], recorded: int, processes: int) -> list[float]:
-    """The durations (ns) a pool of ``processes`` would get for these calls, in order: each call or
-    chunk as recorded, except a Pool.map whose chunks are the size the pool chose for the recorded
+    """The durations (ns) a pool of ``processes`` would get for one phase's calls, in order: each call
+    or chunk as recorded, except a Pool.map whose chunks are the size the pool chose for the recorded
     processes: its calls chunked again as the pool would choose for ``processes``, each call at its
     chunk's mean."""
-    maps: dict[tuple, list[dict]] = {}
-    for r in rows:
+    maps: dict[str, list[dict]] = {}  # a map: the chunks of one function in the phase (their own traces
+    for r in rows:                    # when the submitter had no span), their first items 0, c, 2c, ...
         if r["name"].startswith(CHUNK_SPANS) and r["attributes"].get("evlog.pool.kind") == "mp.pool":
-            maps.setdefault((r["trace_id"], r["parent_span_id"], r["name"]), []).append(r)
+            maps.setdefault(r["name"], []).append(r)
     rechunked: dict[int, list[float]] = {}  # id(first row of a map) -> its new chunks
     skip: set[int] = set()
     for rs in maps.values():
@@ -419,12 +419,10 @@ def pool_what_if(spans: list[dict], shapes: list[Shape]) -> dict | None:
         for rs in by_proc.values():
             gaps += [max(0, b["start"] - a["end"]) for a, b in zip(rs, rs[1:])]
     gap = float(statistics.median(gaps)) if gaps else 0.0
-    recorded = float(rows[-1]["end"] - rows[0]["start"]) if rows else 0.0
-    recorded = max(recorded, max(r["end"] for r in rows) - rows[0]["start"])
+    recorded = float(max(r["end"] for r in rows) - rows[0]["start"])
     between = recorded - sum(max(r["end"] for r in ph) - ph[0]["start"] for ph in phases)
-    entries = []
-    for s in shapes:
-        n = s.processes
+
+    def predict(n: int) -> dict:
         total, longest, slots = max(0.0, between), 0.0, 0.0
         for ph in phases:
             units = _units(ph, recorded_n, n)
@@ -434,9 +432,12 @@ def pool_what_if(spans: list[dict], shapes: list[Shape]) -> dict | None:
                 longest += span  # the last call started at once: no process count makes it shorter
             else:
                 slots += span
-        entries.append(_entry({"processes": n}, total, recorded, {"the longest call": longest, "processes": slots}))
-    return {"entries": entries, "model": {"recorded": {"processes": recorded_n, "recorded_s": round(recorded / NS, 6)},
-                                          "phases": len(phases), "gap_s": round(gap / NS, 6)}}
+        return _entry({"processes": n}, total, recorded, {"processes": slots, "the longest call": longest})
+
+    model = {"recorded": {"processes": recorded_n, "recorded_s": round(recorded / NS, 6),
+                          "replayed_s": predict(recorded_n)["predicted_s"]},
+             "phases": len(phases), "gap_s": round(gap / NS, 6)}
+    return {"entries": [predict(s.processes) for s in shapes], "model": model}
 
 
 # -------------------------------------------------------------------------------------------------
@@ -500,7 +501,8 @@ def limit_words(entry: dict) -> str:
     limits = entry.get("limits_s") or {}
     total = sum(limits.values())
     if total > 0 and entry["limited_by"] in limits:
-        words += f" ({round(100 * limits[entry['limited_by']] / total)}% of the longest chain)"
+        share = round(100 * limits[entry["limited_by"]] / total)
+        words += f" ({share}% of the time)" if "processes" in entry else f" ({share}% of the longest chain)"
     return words
 
 
@@ -525,6 +527,7 @@ def model_words(model: dict) -> list[str]:
     p = model.get("pools")
     if p:
         r = p["recorded"]
-        out.append(f"pools recorded on {shape_name(r)}: {r['recorded_s']:.3f} s, in {p['phases']:,} phase(s); "
+        out.append(f"pools recorded on {shape_name(r)}: {r['recorded_s']:.3f} s in {p['phases']:,} phase(s) (calls "
+                   f"overlapping in time); replayed on that shape: {r['replayed_s']:.3f} s; "
                    f"{p['gap_s'] * 1e3:.1f} ms between two calls of a process")
     return out
