@@ -202,7 +202,8 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     updated = [0.0] * W
     version = [0] * n
     queue: list = []                  # the scheduler's queue of root-ish tasks: (priority, i)
-    ev: list = []                     # (time, kind, seq, i, worker, version)
+    ev: list = []                     # (time, kind, priority, seq, i, worker, version): at one time,
+    #                                   ends first, then arrivals and releases in Dask's priority order
     seq = itertools.count()
     push = heapq.heappush
 
@@ -238,7 +239,7 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                 f = xlat + max(by_source.values()) * per_byte
         fetch[i] = f
         arrive[i] = a = t + lat + f
-        push(ev, (a, _ARRIVE, next(seq), i, w, 0))
+        push(ev, (a, _ARRIVE, priority[i], next(seq), i, w, 0))
 
     def place(i: int, t: float) -> None:
         """Task i is ready at t: to the scheduler's queue, or to a worker now."""
@@ -301,7 +302,7 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
         rate[w] = r_new
         for j, st in run.items():
             version[j] += 1
-            push(ev, (t + max(0.0, st[0]) / r_new, _END, next(seq), j, w, version[j]))
+            push(ev, (t + max(0.0, st[0]) / r_new, _END, 0, next(seq), j, w, version[j]))
 
     def begin(w: int, t: float, after: int) -> None:
         """Free threads of w take its arrived tasks, in priority order."""
@@ -320,14 +321,14 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                 if not (rate[w] == before == 1.0):
                     continue  # rerate gave it its end
             version[i] += 1
-            push(ev, (t + duration[i], _END, next(seq), i, w, version[i]))
+            push(ev, (t + duration[i], _END, 0, next(seq), i, w, version[i]))
 
     for i in range(n):
         if not waiting[i]:
-            push(ev, (nodes[i].release, _RELEASE, next(seq), i, -1, 0))
+            push(ev, (nodes[i].release, _RELEASE, priority[i], next(seq), i, -1, 0))
     pop = heapq.heappop
     while ev:
-        t, kind, _, i, w, v = pop(ev)
+        t, kind, _, _, i, w, v = pop(ev)
         if kind == _END:
             if v != version[i]:
                 continue

@@ -7,8 +7,9 @@ Inputs, all from the run:
 - per task: its running time alone (the ``dask.execute`` spans' compute, earlier failed attempts
   included; with more than one thread per worker and a known CPU share, less the slow-down of sharing
   the GIL with the tasks that ran beside it), its result's size (``dask.task.nbytes``), its group and
-  prefix, its recorded start (Dask's priority order, as the run followed it) and, for a task without
-  dependencies in its computation, when the scheduler got it;
+  prefix, its priority (Dask's order is not recorded: the longest chain of dependents first, as
+  dask.order runs a long chain before the work beside it, then the order the run started them in)
+  and, for a task without dependencies in its computation, when the scheduler got it;
 - latency: the median gap between a task's last dependency ending (the scheduler's clock) and its
   start, over tasks that fetched nothing and whose thread was free through the gap; for a graph
   without dependencies, from the task's transition to processing;
@@ -29,6 +30,8 @@ from .whatif import DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, P
 SMALL_TRANSFER = 64 * 1024  # bytes: transfers under this measure latency, the others bandwidth
 MAX_CURVE = 16  # worker counts on the HTML page's curve
 PROCESS_POOLS = ("process", "mp.pool")  # evlog.pool.kind of the pools processes=N replays
+PHASE_GAP = 5_000_000  # ns: pool calls this long apart with none running between are separate phases ...
+PHASE_GAPS = 20  # ... or this many times the usual gap between two calls of one process
 CPU, OFF_CPU = "thread-cpu", "thread-noncpu"  # Dask's fine performance metrics' activities of execute
 SHAPE_KEYS = ("workers", "threads", "processes")
 
@@ -240,24 +243,66 @@ def graph_of(c, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
     tasks = list(c.tasks.values())
     index = {t.key: i for i, t in enumerate(tasks)}
     t0 = c.start
+    deps = [sorted({index[k] for k in t.deps if k in index}) for t in tasks]
+    began = [t.exec_start if t.exec_start is not None else t.ready if t.ready is not None else t0 for t in tasks]
+    order = sorted(range(len(tasks)), key=began.__getitem__)
+    rank = [0] * len(tasks)
+    for r, i in enumerate(order):
+        rank[i] = r
+    height = heights(deps)
+    # tasks made ready by one message (one update-graph: the graph's roots) reach the scheduler together;
+    # their recorded ready times differ by the order the scheduler went through them
+    got = [t.ready if t.ready is not None else t.submitted if t.submitted is not None else t0 for t in tasks]
+    first: dict[str, int] = {}
+    stimuli = [_ready_stimulus(t) if not deps[i] else None for i, t in enumerate(tasks)]
+    for i, st in enumerate(stimuli):
+        if st:
+            first[st] = min(first.get(st, got[i]), got[i])
     nodes = []
     ends = []
-    for t in tasks:
+    for i, t in enumerate(tasks):
         a = t.span["attributes"] if t.span is not None else {}
-        deps = sorted({index[k] for k in t.deps if k in index})
         run = 0.0
         for e in t.executions:
             run += max(0, e.end - e.start - e.transfer_ns) * factors.get(id(e), 1.0)
-        began = t.exec_start if t.exec_start is not None else t.ready if t.ready is not None else t0
-        got = t.ready if t.ready is not None else t.submitted if t.submitted is not None else t0
         nb = a.get("dask.task.nbytes")
-        nodes.append(Node(t.key, run, deps, prefix=t.prefix, group=str(a.get("dask.task.group") or t.prefix),
+        nodes.append(Node(t.key, run, deps[i], prefix=t.prefix, group=str(a.get("dask.task.group") or t.prefix),
                           nbytes=nb if isinstance(nb, int) else 0, cpu=cpu.get(t.prefix, 0.0),
-                          priority=began - t0, release=max(0, got - t0)))
+                          priority=-height[i] * len(tasks) + rank[i],
+                          release=max(0, (first[stimuli[i]] if stimuli[i] else got[i]) - t0)))
         if t.end is not None:
             ends.append(t.end)
     tail = max(0, c.end - max(ends)) if ends and c.end is not None else 0
     return Graph(nodes, tail)
+
+
+def _ready_stimulus(t) -> str | None:
+    """The stimulus of the transition that made the task ready (``update-graph-...`` for a graph's roots)."""
+    for x in t.transitions:
+        if x[2] in ("processing", "queued", "no-worker") and x[1] in ("waiting", "released", None):
+            return x[4] or None
+    return None
+
+
+def heights(deps: list[list[int]]) -> list[int]:
+    """Per task, the tasks on its longest chain of dependents, itself included (1 for a task nothing
+    depends on): the replay's priority, as Dask's order runs a long chain before the work beside it."""
+    n = len(deps)
+    dependents = [0] * n
+    for ds in deps:
+        for d in ds:
+            dependents[d] += 1
+    h = [1] * n
+    todo = [i for i in range(n) if not dependents[i]]
+    while todo:
+        i = todo.pop()
+        for d in deps[i]:
+            if h[i] + 1 > h[d]:
+                h[d] = h[i] + 1
+            dependents[d] -= 1
+            if not dependents[d]:
+                todo.append(d)
+    return h
 
 
 # -------------------------------------------------------------------------------------------------
@@ -393,32 +438,30 @@ def _units(rows: list[dict], recorded: int, processes: int) -> list[float]:
 
 def pool_what_if(spans: list[dict], shapes: list[Shape]) -> dict | None:
     """The pool calls of process pools replayed on ``processes=N``: {"entries", "model"}; None when
-    the run has none. Calls that overlap in time form a phase (a map, or calls submitted together);
+    the run has none. Calls form a phase (a map, or calls submitted together) while some call runs,
+    pauses under PHASE_GAP (or PHASE_GAPS times the usual gap between two calls of a process) aside;
     each phase is a list schedule of its calls on N processes, in their recorded order, with the
-    recorded gap between two calls of one process; the time between phases stays as recorded."""
+    usual gap between two calls of a process; the time between phases stays as recorded."""
     rows = [r for r in spans if r["name"].startswith(POOL_SPANS)
             and r["attributes"].get("evlog.pool.kind") in PROCESS_POOLS]
     if not rows:
         return None
     rows.sort(key=lambda r: (r["start"], r["end"]))
-    procs = {label(r["resource"]) for r in rows}
-    recorded_n = len(procs)
+    by_proc: dict[str, list] = {}
+    for r in rows:
+        by_proc.setdefault(label(r["resource"]), []).append(r)
+    recorded_n = len(by_proc)
+    gaps = [max(0, b["start"] - a["end"]) for rs in by_proc.values() for a, b in zip(rs, rs[1:])]
+    gap = float(statistics.median(gaps)) if gaps else 0.0
+    pause = max(PHASE_GAP, PHASE_GAPS * gap)
+    gap = float(statistics.median([g for g in gaps if g < pause] or [0]))
     phases: list[list[dict]] = []
     reach = None
     for r in rows:
-        if reach is None or r["start"] >= reach:
+        if reach is None or r["start"] >= reach + pause:
             phases.append([])
         phases[-1].append(r)
         reach = r["end"] if reach is None else max(reach, r["end"])
-    gaps = []
-    by_proc: dict[str, list] = {}
-    for ph in phases:
-        by_proc.clear()
-        for r in ph:
-            by_proc.setdefault(label(r["resource"]), []).append(r)
-        for rs in by_proc.values():
-            gaps += [max(0, b["start"] - a["end"]) for a, b in zip(rs, rs[1:])]
-    gap = float(statistics.median(gaps)) if gaps else 0.0
     recorded = float(max(r["end"] for r in rows) - rows[0]["start"])
     between = recorded - sum(max(r["end"] for r in ph) - ph[0]["start"] for ph in phases)
 
