@@ -188,6 +188,9 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     gil = T > 1 and any(nd.cpu > 0 for nd in nodes)
     duration = [nd.duration for nd in nodes]
     priority = [nd.priority for nd in nodes]
+    deps_of = [nd.deps for nd in nodes]
+    nbytes = [nd.nbytes for nd in nodes]
+    queued = [nd.group in rootish for nd in nodes]
 
     free = [T] * W                    # free threads
     processing = [0] * W              # tasks sent to the worker and not ended
@@ -225,16 +228,16 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
         processing[w] += 1
         occ[w] += est[i]
         f = 0.0
-        deps = nodes[i].deps
+        deps = deps_of[i]
         if deps:
             by_source: dict[int, int] = {}
             for d in deps:
                 h = who[d]
                 if w not in h:
                     src = min(h)
-                    by_source[src] = by_source.get(src, 0) + nodes[d].nbytes
+                    by_source[src] = by_source.get(src, 0) + nbytes[d]
                     h.add(w)
-                    held[w] += nodes[d].nbytes
+                    held[w] += nbytes[d]
             if by_source:
                 f = xlat + max(by_source.values()) * per_byte
         fetch[i] = f
@@ -244,11 +247,10 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     def place(i: int, t: float) -> None:
         """Task i is ready at t: to the scheduler's queue, or to a worker now."""
         nonlocal rr
-        nd = nodes[i]
-        if nd.group in rootish:
-            heapq.heappush(queue, (priority[i], i))
+        if queued[i]:
+            push(queue, (priority[i], i))
             return
-        deps = nd.deps
+        deps = deps_of[i]
         if deps:
             holders = set()
             for d in deps:
@@ -257,7 +259,7 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                 w = next(iter(holders))
             else:
                 def objective(x: int) -> tuple:
-                    lack = sum(nodes[d].nbytes for d in deps if x not in who[d])
+                    lack = sum(nbytes[d] for d in deps if x not in who[d])
                     return (occ[x] / T + lack * per_byte, held[x], x)
                 w = min(holders, key=objective)
         else:
@@ -341,7 +343,7 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
             processing[w] -= 1
             occ[w] -= est[i]
             who[i] = {w}
-            held[w] += nodes[i].nbytes
+            held[w] += nbytes[i]
             for j in dependents[i]:
                 waiting[j] -= 1
                 if not waiting[j]:
