@@ -11,8 +11,8 @@ Inputs, all from the run:
   dask.order runs a long chain before the work beside it, then the order the run started them in)
   and, for a task without dependencies in its computation, when the scheduler got it;
 - latency: the median gap between a task's last dependency ending (the scheduler's clock) and its
-  start, over tasks that fetched nothing and whose thread was free through the gap; for a graph
-  without dependencies, from the task's transition to processing;
+  start, less its transfers, over tasks whose thread was free through the gap and had run a task
+  before; for a graph without dependencies, from the task's transition to processing;
 - the network: per-transfer latency (median duration of ``dask.transfer`` spans under 64 KiB) and
   bandwidth (bytes over time of the larger ones); Dask's default 100 MB/s when the run has none;
 - the CPU share per prefix: Dask's fine performance metrics (``prefixes[P].activity_s``, thread-cpu
@@ -110,15 +110,17 @@ def _threads(comps: list) -> dict[tuple[str, str], list[tuple[int, int]]]:
 
 
 def latency(comps: list) -> tuple[float, int]:
-    """(ns, samples): the median gap between a task's last dependency's end and its start, over tasks
-    that fetched nothing and whose thread was free through the gap (module docstring)."""
+    """(ns, samples): the median gap between a task's last dependency's end and its start, less its
+    transfers, over tasks whose thread was free through the gap and had run a task before (a
+    worker's first task also waits for its first message and imports); with no such task, the least
+    gap of any."""
     by_thread = _threads(comps)
     starts = {k: [s for s, _ in iv] for k, iv in by_thread.items()}
     idle, other = [], []
     for c in comps:
         for t in c.tasks.values():
             e = t.last
-            if e is None or t.erred or t.transfer_ns or t.exec_start is None:
+            if e is None or t.erred or t.exec_start is None:
                 continue
             deps = [d.end for d in (c.tasks.get(k) for k in t.deps) if d is not None and d.end is not None]
             if deps:
@@ -130,11 +132,11 @@ def latency(comps: list) -> tuple[float, int]:
             gap = t.exec_start - basis
             if gap < 0:
                 continue
-            other.append(gap)
+            other.append(max(0, gap - t.transfer_ns))
             key = (e.worker, e.thread)
             k = bisect.bisect_left(starts[key], e.start)
-            if k == 0 or by_thread[key][k - 1][1] <= e.start - gap:
-                idle.append(gap)
+            if k > 0 and by_thread[key][k - 1][1] <= e.start - gap:
+                idle.append(max(0, gap - t.transfer_ns))
     if idle:
         return float(statistics.median(idle)), len(idle)
     if other:
