@@ -98,11 +98,21 @@ def test_tasks_that_shared_the_gil_are_replayed_at_their_time_alone():
     # a ran 2.5 s of its 3 alone, b 0.5 s of its 1
     comps = build([_execute("a", 0, 3), _execute("b", 1, 2, "t2")])
     [c] = comps
-    f = alone_factors(comps, {"spin": 1.0})
+    f, share = alone_factors(comps, {"spin": 1.0})
     got = {k: round(f[id(t.last)], 4) for k, t in c.tasks.items()}
-    assert got == {"a": round(2.5 / 3, 4), "b": 0.5}
+    assert got == {"a": round(2.5 / 3, 4), "b": 0.5} and share == {"spin": 1.0}
     # off the CPU, nothing is taken out
-    assert all(x == 1.0 for x in alone_factors(comps, {"spin": 0.0}).values())
+    f, share = alone_factors(comps, {"spin": 0.0})
+    assert all(x == 1.0 for x in f.values()) and share == {"spin": 0.0}
+    # measured at 0.8 beside each other (waiting for the GIL counts off the CPU): 3.2 s of CPU. Taken at
+    # 0.8 alone too, the two need 160% of the GIL from 1 s to 2 s: a ran 2.625 s alone, b 0.625 s, and
+    # 3.2 s of CPU over 3.25 s alone is 0.985; at that, 3.2 s over 3.015 s: all on the CPU
+    f, share = alone_factors(comps, {"spin": 0.8})
+    assert share == {"spin": 1.0} and round(f[id(c.tasks["b"].last)], 4) == 0.5
+    # measured at 0.5: the two need the GIL 100% of the time they overlap, so nothing says they waited
+    # for it (the least slow-down the figures allow)
+    f, share = alone_factors(comps, {"spin": 0.5})
+    assert share == {"spin": 0.5} and all(x == 1.0 for x in f.values())
 
 
 def _chunk(first: int, calls: int, start: float, seconds: float, pid: int) -> dict:

@@ -141,3 +141,16 @@ def test_the_curve_goes_to_twice_the_recorded_workers():
     assert curve_workers(3) == [1, 2, 3, 4, 5, 6]
     xs = curve_workers(50)
     assert xs[0] == 1 and xs[-1] == 100 and 50 in xs and len(xs) <= 17
+
+
+def test_a_worker_warms_up_once_and_hands_its_thread_from_task_to_task():
+    # the worker starts nothing until 0.5 s after its first task came (0.1 s after the release):
+    # a 0.6-1.6, b ready at 1.6, there at 1.7: 1.7-2.7
+    chain = [node("a", 1), node("b", 1, [0])]
+    r = replay(Graph(chain), 1, 1, Params(latency=0.1 * S, warm_up=0.5 * S))
+    assert [secs(x) for x in r.start] == [0.6, 1.7] and secs(r.makespan) == 2.7
+    # a root, then two children: the first starts on the idle thread as it arrives (1), the second
+    # waits on the worker and takes the thread 0.05 s after the first ends: 2.05-3.05
+    fan = [node("root", 1), node("c-0", 1, [0], priority=0), node("c-1", 1, [0], priority=1)]
+    r = replay(Graph(fan), 1, 1, Params(hand_off=0.05 * S))
+    assert [secs(x) for x in r.start] == [0.0, 1.0, 2.05] and secs(r.makespan) == 3.05

@@ -9,7 +9,9 @@ discrete-event simulation of Dask's scheduler on that shape:
 - A task is ready when its last dependency ends; it can start ``latency`` later (the scheduler
   hears of the end, decides, and tells the worker), after its inputs held by other workers arrive
   (per source worker: ``transfer_latency`` + bytes / ``bandwidth``, the sources in parallel, while
-  the task waits for a thread), on a free thread, its worker's ready tasks taken in priority order.
+  the task waits for a thread), on a free thread, its worker's ready tasks taken in priority order;
+  a thread that a task's end frees takes the next one ``hand_off`` later, and a worker starts nothing
+  until ``warm_up`` after its first task came.
 - Worker choice is Dask's: a root-ish task (its group over twice the threads, its group's
   dependencies under 5 tasks: ``Scheduler.is_rootish``) waits in the scheduler's queue until a
   worker has fewer than ceil(worker-saturation x threads) tasks (``_task_slots_available``), then
@@ -123,12 +125,18 @@ class Graph:
 class Params:
     """What the replay takes from the recorded run."""
 
-    __slots__ = ("latency", "bandwidth", "transfer_latency", "saturation")
+    __slots__ = ("latency", "bandwidth", "transfer_latency", "saturation", "hand_off", "warm_up")
 
     def __init__(self, latency: float = 0.0, bandwidth: float = DEFAULT_BANDWIDTH, transfer_latency: float = 0.0,
-                 saturation: float = WORKER_SATURATION):
+                 saturation: float = WORKER_SATURATION, hand_off: float = 0.0, warm_up: float = 0.0):
         #: ns from a task's last dependency ending to its start on an idle worker
         self.latency = float(latency)
+        #: ns from a task's end to the start of the next one its thread had waiting (the worker's own
+        #: work between two tasks: storing the result, telling the scheduler, taking the next)
+        self.hand_off = float(hand_off)
+        #: ns more that a worker's first task waits (the worker's first messages, imports, the
+        #: function's deserialising)
+        self.warm_up = float(warm_up)
         #: bytes/s between two workers
         self.bandwidth = float(bandwidth)
         #: ns each transfer takes besides its bytes (a message to the other worker and back)
@@ -180,7 +188,8 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
     if not n:
         return Replay(0.0, graph.tail, {}, [], [], [])
     W, T = workers, threads
-    lat, xlat, per_byte = params.latency, params.transfer_latency, 1e9 / params.bandwidth
+    lat, xlat, per_byte, hand = params.latency, params.transfer_latency, 1e9 / params.bandwidth, params.hand_off
+    warm_at: list = [None] * W        # when a worker is warm: its first task's arrival and the warm-up
     cap = max(math.ceil(params.saturation * T), 1) if not math.isinf(params.saturation) else None
     rootish = rootish_groups(graph, W * T) if cap is not None else set()
     dependents, waiting0, est, _ = graph.shape()
@@ -241,7 +250,10 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
             if by_source:
                 f = xlat + max(by_source.values()) * per_byte
         fetch[i] = f
-        arrive[i] = a = t + lat + f
+        a = t + lat + f
+        if warm_at[w] is None:
+            warm_at[w] = t + lat + params.warm_up
+        arrive[i] = a = max(a, warm_at[w])
         push(ev, (a, _ARRIVE, priority[i], next(seq), i, w, 0))
 
     def place(i: int, t: float) -> None:
@@ -307,23 +319,25 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
             push(ev, (t + max(0.0, st[0]) / r_new, _END, 0, next(seq), j, w, version[j]))
 
     def begin(w: int, t: float, after: int) -> None:
-        """Free threads of w take its arrived tasks, in priority order."""
+        """Free threads of w take its arrived tasks, in priority order: at once for a thread that was
+        idle, after the hand-off for one that a task's end (``after``) just freed."""
         ra = ready_at[w]
         while free[w] and ra:
             i = heapq.heappop(ra)[1]
             free[w] -= 1
-            start[i] = t
-            if t > arrive[i]:
+            s = t + hand if after >= 0 else t
+            start[i] = s
+            if s > arrive[i]:
                 freed_by[i] = after
             if gil:
                 progress(w, t)
-                running[w][i] = [duration[i], nodes[i].cpu]
+                running[w][i] = [duration[i] + s - t, nodes[i].cpu]
                 before = rate[w]
                 rerate(w, t)
                 if not (rate[w] == before == 1.0):
                     continue  # rerate gave it its end
             version[i] += 1
-            push(ev, (t + duration[i], _END, 0, next(seq), i, w, version[i]))
+            push(ev, (s + duration[i], _END, 0, next(seq), i, w, version[i]))
 
     for i in range(n):
         if not waiting[i]:

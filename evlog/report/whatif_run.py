@@ -13,6 +13,10 @@ Inputs, all from the run:
 - latency: the median gap between a task's last dependency ending (the scheduler's clock) and its
   start, less its transfers, over tasks whose thread was free through the gap and had run a task
   before; for a graph without dependencies, from the task's transition to processing;
+- warm-up: how much longer a worker's first task waited (its first messages, imports, deserialising
+  the function), the median over the workers;
+- hand-off: the median gap on one thread from a task's end to the next task's start, where the next
+  was already waiting on the worker;
 - the network: per-transfer latency (median duration of ``dask.transfer`` spans under 64 KiB) and
   bandwidth (bytes over time of the larger ones); Dask's default 100 MB/s when the run has none;
 - the CPU share per prefix: Dask's fine performance metrics (``prefixes[P].activity_s``, thread-cpu
@@ -24,7 +28,7 @@ import bisect
 import statistics
 
 from .common import NS, label
-from .groups import CHUNK_SPANS, POOL_SPANS, _Calls
+from .groups import CHUNK_SPANS, POOL_SPANS
 from .whatif import DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, list_schedule, replay
 
 SMALL_TRANSFER = 64 * 1024  # bytes: transfers under this measure latency, the others bandwidth
@@ -109,14 +113,18 @@ def _threads(comps: list) -> dict[tuple[str, str], list[tuple[int, int]]]:
     return out
 
 
-def latency(comps: list) -> tuple[float, int]:
-    """(ns, samples): the median gap between a task's last dependency's end and its start, less its
-    transfers, over tasks whose thread was free through the gap and had run a task before (a
-    worker's first task also waits for its first message and imports); with no such task, the least
-    gap of any."""
+def latency(comps: list) -> tuple[float, int, float]:
+    """(ns, samples, warm-up ns): the median gap between a task's last dependency's end and its start,
+    less its transfers, over tasks whose thread was free through the gap and had run a task before;
+    with no such task, the least gap of any. A worker's first task also waits for the worker's first
+    messages, imports and deserialising its function: the warm-up, the median over the workers of
+    their first task's gap beyond that latency."""
     by_thread = _threads(comps)
     starts = {k: [s for s, _ in iv] for k, iv in by_thread.items()}
-    idle, other = [], []
+    first_start = {}
+    for (w, _), iv in by_thread.items():
+        first_start[w] = min(first_start.get(w, iv[0][0]), iv[0][0])
+    idle, other, first = [], [], []
     for c in comps:
         for t in c.tasks.values():
             e = t.last
@@ -132,16 +140,37 @@ def latency(comps: list) -> tuple[float, int]:
             gap = t.exec_start - basis
             if gap < 0:
                 continue
-            other.append(max(0, gap - t.transfer_ns))
+            gap = max(0, gap - t.transfer_ns)
+            other.append(gap)
             key = (e.worker, e.thread)
             k = bisect.bisect_left(starts[key], e.start)
-            if k > 0 and by_thread[key][k - 1][1] <= e.start - gap:
-                idle.append(max(0, gap - t.transfer_ns))
-    if idle:
-        return float(statistics.median(idle)), len(idle)
-    if other:
-        return float(min(other)), 0
-    return 0.0, 0
+            if e.start == first_start[e.worker]:
+                first.append(gap)
+            elif k > 0 and by_thread[key][k - 1][1] <= e.start - gap:
+                idle.append(gap)
+    lat = float(statistics.median(idle)) if idle else float(min(other)) if other else 0.0
+    warm = max(0.0, statistics.median(first) - lat) if first else 0.0
+    return lat, len(idle), warm
+
+
+def hand_off(comps: list, lat: float) -> tuple[float, int]:
+    """(ns, samples): the median gap on one thread between a task's end and the start of the next,
+    where the next was ready (on the scheduler) at least ``lat`` before that end and fetched nothing:
+    it was waiting on the worker, so the gap is the worker's own work between two tasks (the worker's
+    clock, both ends on it)."""
+    by: dict[tuple[str, str], list] = {}
+    for c in comps:
+        for t in c.tasks.values():
+            e = t.last
+            if e is not None:
+                by.setdefault((e.worker, e.thread), []).append(t)
+    gaps = []
+    for ts in by.values():
+        ts.sort(key=lambda t: t.last.start)
+        for p, n in zip(ts, ts[1:]):
+            if n.ready is not None and p.end is not None and n.ready + lat <= p.end and not n.transfer_ns:
+                gaps.append(max(0, n.last.start - p.last.end))
+    return (float(statistics.median(gaps)), len(gaps)) if gaps else (0.0, 0)
 
 
 def _sent_at_once(t) -> bool:
@@ -184,13 +213,14 @@ def cpu_shares(out_comps: list[dict]) -> dict[str, float]:
     return {p: on / total for p, (on, total) in cpu.items() if total > 0}
 
 
-def alone_factors(comps: list, cpu: dict[str, float]) -> dict[int, float]:
-    """id(Execution) -> its running time alone over its recorded time (1 when it shared the GIL with
-    nothing). Tasks running together on one worker progress at min(1, 1 / their CPU shares' sum); the
-    CPU share measured beside others (Dask counts waiting for the GIL as off the CPU) is its CPU time
-    over the recorded time, so the share alone is found by iterating: CPU time over time alone."""
+def alone_factors(comps: list, cpu: dict[str, float]) -> tuple[dict[int, float], dict[str, float]]:
+    """(id(Execution) -> its running time alone over its recorded time (1 when it shared the GIL with
+    nothing), prefix -> its CPU share alone). Tasks running together on one worker progress at
+    min(1, 1 / their CPU shares' sum); the CPU share measured beside others (Dask counts waiting for
+    the GIL as off the CPU) is its CPU time over the recorded time, so the share alone is found by
+    iterating from it: CPU time over time alone (the fixed point with the least slow-down)."""
     if not cpu:
-        return {}
+        return {}, cpu
     per_worker: dict[str, list] = {}
     for c in comps:
         for t in c.tasks.values():
@@ -203,13 +233,15 @@ def alone_factors(comps: list, cpu: dict[str, float]) -> dict[int, float]:
     cpu_ns = {p: cpu.get(p, 0.0) * ns for p, ns in recorded.items()}
     share = dict(cpu)
     factors: dict[int, float] = {}
-    for _ in range(4):
+    for _ in range(20):  # a few rounds settle it to well under 1% (tests/test_whatif.py)
         factors.clear()
         alone: dict[str, float] = {}
         for ex in per_worker.values():
             _sweep(ex, share, factors, alone)
-        share = {p: min(1.0, cpu_ns[p] / alone[p]) if alone.get(p) else 0.0 for p in cpu_ns}
-    return factors
+        before, share = share, {p: min(1.0, cpu_ns[p] / alone[p]) if alone.get(p) else 0.0 for p in cpu_ns}
+        if all(abs(share[p] - before.get(p, 0.0)) < 1e-4 for p in share):
+            break
+    return factors, {p: x for p, x in share.items() if p in cpu}
 
 
 def _sweep(ex: list, share: dict, factors: dict, alone: dict) -> None:
@@ -322,11 +354,12 @@ def dask_what_if(comps: list, out_comps: list[dict], shapes: list[Shape], curve:
     """{"entries": the run's answers (one per shape), "per_computation": [answers] aligned with comps,
     "model": the inputs, "curve": predicted time against workers (with ``curve``)}."""
     workers0, threads0 = recorded_shape(comps)
-    lat, lat_n = latency(comps)
+    lat, lat_n, warm = latency(comps)
+    hand, hand_n = hand_off(comps, lat)
     bw, xlat, n_small, n_big = network(comps)
     cpu = cpu_shares(out_comps)
-    params = Params(lat, bw, xlat, WORKER_SATURATION)
-    factors = alone_factors(comps, cpu) if threads0 > 1 else {}
+    params = Params(lat, bw, xlat, WORKER_SATURATION, hand, warm)
+    factors, cpu = alone_factors(comps, cpu) if threads0 > 1 else ({}, cpu)
     graphs = [graph_of(c, cpu, factors) if c.start is not None else None for c in comps]
 
     def run_shape(w: int, th: int) -> tuple[float, list]:
@@ -362,6 +395,7 @@ def dask_what_if(comps: list, out_comps: list[dict], shapes: list[Shape], curve:
         "recorded": {"workers": workers0, "threads": threads0, "recorded_s": round(recorded / NS, 6),
                      "replayed_s": round(replays[(workers0, threads0)][0] / NS, 6)},
         "latency_s": round(lat / NS, 6), "latency_samples": lat_n,
+        "hand_off_s": round(hand / NS, 6), "hand_off_samples": hand_n, "warm_up_s": round(warm / NS, 6),
         "bandwidth_Bps": round(bw), "bandwidth_transfers": n_big,
         "transfer_latency_s": round(xlat / NS, 6), "latency_transfers": n_small,
         "worker_saturation": WORKER_SATURATION,
@@ -397,6 +431,12 @@ def _default_chunk(n: int, processes: int) -> int:
     return size + 1 if extra else size
 
 
+def _calls(r: dict) -> int:
+    """The calls a chunk span made (``evlog.pool.calls``)."""
+    n = r["attributes"].get("evlog.pool.calls")
+    return n if isinstance(n, int) and n > 0 else 1
+
+
 def _units(rows: list[dict], recorded: int, processes: int) -> list[float]:
     """The durations (ns) a pool of ``processes`` would get for one phase's calls, in order: each call
     or chunk as recorded, except a Pool.map whose chunks are the size the pool chose for the recorded
@@ -413,7 +453,7 @@ def _units(rows: list[dict], recorded: int, processes: int) -> list[float]:
         if not all(isinstance(f, int) for f in firsts):
             continue
         rs = [r for _, r in sorted(zip(firsts, rs), key=lambda x: x[0])]
-        calls = [_Calls(r).count for r in rs]
+        calls = [_calls(r) for r in rs]
         n = sum(calls)
         at = 0
         ok = True
@@ -568,7 +608,10 @@ def model_words(model: dict) -> list[str]:
                 if d["latency_transfers"] else " + no latency per transfer (no small transfer recorded)")
         cpu = (", ".join(f"{p} {round(100 * x)}%" for p, x in d["cpu_share"].items()) if d["cpu_share"] else
                "unknown (threads assumed to overlap fully)")
-        out.append(f"scheduler latency {lat}; network {net}; CPU share {cpu}")
+        hand = f"{d['hand_off_s'] * 1e3:.1f} ms" + (f" (median of {d['hand_off_samples']:,})" if d["hand_off_samples"]
+                                                    else " (none measured)")
+        out.append(f"scheduler latency {lat}, a worker's first task {d['warm_up_s'] * 1e3:.1f} ms more; from one "
+                   f"task to the next on a thread {hand}; network {net}; CPU share {cpu}")
     p = model.get("pools")
     if p:
         r = p["recorded"]
