@@ -145,13 +145,6 @@ def test_a_pool_map_is_chunked_again_as_the_pool_would_for_another_count():
     assert _units(rows, 2, 4) == [0.4 * S] * 10
 
 
-def test_a_long_chain_has_the_highest_priority():
-    from evlog.report.whatif_run import heights
-
-    # 0 -> 1 -> 2 -> 3 beside 4 -> 3
-    assert heights([[], [0], [1], [2, 4], []]) == [4, 3, 2, 1, 2]
-
-
 # -------------------------------------------------------------------------------------------------
 # against real runs
 

@@ -7,9 +7,9 @@ Inputs, all from the run:
 - per task: its running time alone (the ``dask.execute`` spans' compute, earlier failed attempts
   included; with more than one thread per worker and a known CPU share, less the slow-down of sharing
   the GIL with the tasks that ran beside it), its result's size (``dask.task.nbytes``), its group and
-  prefix, its priority (Dask's order is not recorded: the longest chain of dependents first, as
-  dask.order runs a long chain before the work beside it, then the order the run started them in)
-  and, for a task without dependencies in its computation, when the scheduler got it;
+  prefix, its priority (Dask's own, dask.order, is not recorded: the order the run started the tasks
+  in, which followed it) and, for a task without dependencies in its computation, when the scheduler
+  got it (the roots of one update-graph together);
 - latency: the median gap between a task's last dependency ending (the scheduler's clock) and its
   start, less its transfers, over tasks whose thread was free through the gap and had run a task
   before; for a graph without dependencies, from the task's transition to processing;
@@ -279,11 +279,6 @@ def graph_of(c, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
     t0 = c.start
     deps = [sorted({index[k] for k in t.deps if k in index}) for t in tasks]
     began = [t.exec_start if t.exec_start is not None else t.ready if t.ready is not None else t0 for t in tasks]
-    order = sorted(range(len(tasks)), key=began.__getitem__)
-    rank = [0] * len(tasks)
-    for r, i in enumerate(order):
-        rank[i] = r
-    height = heights(deps)
     # tasks made ready by one message (one update-graph: the graph's roots) reach the scheduler together;
     # their recorded ready times differ by the order the scheduler went through them
     got = [t.ready if t.ready is not None else t.submitted if t.submitted is not None else t0 for t in tasks]
@@ -302,7 +297,7 @@ def graph_of(c, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
         nb = a.get("dask.task.nbytes")
         nodes.append(Node(t.key, run, deps[i], prefix=t.prefix, group=str(a.get("dask.task.group") or t.prefix),
                           nbytes=nb if isinstance(nb, int) else 0, cpu=cpu.get(t.prefix, 0.0),
-                          priority=-height[i] * len(tasks) + rank[i],
+                          priority=began[i] - t0,
                           release=max(0, (first[stimuli[i]] if stimuli[i] else got[i]) - t0)))
         if t.end is not None:
             ends.append(t.end)
@@ -316,27 +311,6 @@ def _ready_stimulus(t) -> str | None:
         if x[2] in ("processing", "queued", "no-worker") and x[1] in ("waiting", "released", None):
             return x[4] or None
     return None
-
-
-def heights(deps: list[list[int]]) -> list[int]:
-    """Per task, the tasks on its longest chain of dependents, itself included (1 for a task nothing
-    depends on): the replay's priority, as Dask's order runs a long chain before the work beside it."""
-    n = len(deps)
-    dependents = [0] * n
-    for ds in deps:
-        for d in ds:
-            dependents[d] += 1
-    h = [1] * n
-    todo = [i for i in range(n) if not dependents[i]]
-    while todo:
-        i = todo.pop()
-        for d in deps[i]:
-            if h[i] + 1 > h[d]:
-                h[d] = h[i] + 1
-            dependents[d] -= 1
-            if not dependents[d]:
-                todo.append(d)
-    return h
 
 
 # -------------------------------------------------------------------------------------------------
