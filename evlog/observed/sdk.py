@@ -160,10 +160,14 @@ class _LazyProvider:
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         flush = getattr(self._real, "force_flush", None)
         ok = flush(timeout_millis) if flush is not None else True
+        self._flush_own()
         records = sys.modules.get("evlog.observed.records")  # what is recorded here goes to the exporter process now
         if records is not None:
             records.flush()
         return ok
+
+    def _flush_own(self) -> None:
+        """What evlog makes of this signal without the SDK is handed over too."""
 
     def shutdown(self) -> None:
         shutdown = getattr(self._real, "shutdown", None)
@@ -204,6 +208,11 @@ class LazyMeterProvider(_LazyProvider):
         from evlog.observed import by_name
 
         return by_name.meter(self.real().get_meter(*args, **kwargs), args, kwargs)
+
+    def _flush_own(self) -> None:
+        own = sys.modules.get("evlog.observed.own_metrics")  # a collection of evlog's own instruments, if any
+        if own is not None:
+            own.collect()
 
 
 BUILD = {"traces": _build_traces, "logs": _build_logs, "metrics": _build_metrics}
