@@ -12,6 +12,7 @@ program makes some (evlog/processors/on_provider.py), and their gauges are evlog
 from __future__ import annotations
 
 import os
+import sys
 import threading
 
 from evlog import notices
@@ -59,10 +60,10 @@ def _with_provider(tracer_provider) -> None:
 
 def _timer() -> None:
     from evlog.observed import lifecycle
-    from evlog.processors.registry import registry
 
-    if registry.builtin is not None:
-        return
+    consumers = sys.modules.get("evlog.processors.registry")  # not imported for this: most processes never need it
+    if consumers is not None and consumers.registry.builtin is not None:
+        return  # installed already (a forked child has its parent's)
 
     def fire() -> None:
         if not threading.main_thread().is_alive():  # not once the program is on its way out

@@ -36,6 +36,7 @@ _registry: list = []  # evlog.processors.registry.registry, once loaded
 _procs: list = [None, ()]  # (registry version, the consumers' span processors) as last looked up
 _watchers: list = []  # other processors of this process's own spans (the console's marks)
 _append = Appender(kinds.OTEL_SPAN)
+_lock = threading.Lock()
 
 
 class RecordedSpan(trace.Span):
@@ -254,5 +255,3 @@ def watch(processor) -> None:
         if processor not in _watchers:
             _watchers.append(processor)
 
-
-_lock = threading.Lock()

@@ -139,7 +139,7 @@ def _start_threads() -> None:
     try:
         records.channel().start()
         default_consumers.install()
-        own_metrics.registry.started()
+        own_metrics.registry.start()
         profiler.start()  # the task profiler's sampling thread (none with EVLOG_PROFILE_INTERVAL=off)
     except Exception as exc:
         notices.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")
