@@ -96,11 +96,10 @@ def emit(event_name: str, topic_attribute: str, topic: str, msg: Any, attributes
     """Emit one OTel event (a log record with ``event_name``) in the current context."""
     global _logger, _body
     if _logger is None:
-        from opentelemetry._logs import get_logger
-
         from evlog.observed.bridge.convert import body
+        from evlog.observed.own_logs import Logger  # no SDK until the program makes logs of its own
 
-        _logger, _body = get_logger("evlog.events"), body
+        _logger, _body = Logger("evlog.events"), body
     attrs = {topic_attribute: str(topic)}
     if attributes:
         attrs.update(attributes)

@@ -2,7 +2,8 @@
 
 A record at ``settings.python_logging``'s level or above (WARNING by default; OTEL_PYTHON_LOG_LEVEL;
 OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED=false turns it off) becomes an OTel log record through
-this process's LoggerProvider once a logger hands it to its handlers (``Logger.callHandlers``: the
+this process's LoggerProvider (evlog/observed/own_logs.py: without the SDK until the program makes logs
+of its own) once a logger hands it to its handlers (``Logger.callHandlers``: the
 logger's level and filters have let it through), in the thread where it was logged: it carries the trace
 and span ids current then. A Dask task's record is in its execute span; a worker's "Compute Failed"
 error is logged while the failing task's context is current (dask_worker.execute).
@@ -75,12 +76,11 @@ class _Bridge:
     def _emit(self, record: logging.LogRecord, stream: str | None) -> None:
         out = self.loggers.get(record.name)
         if out is None:
-            from opentelemetry._logs import get_logger_provider
+            from evlog.observed.own_logs import Logger  # no SDK until the program makes logs of its own
 
             if len(self.loggers) > 4096:
                 self.loggers.clear()
-            out = self.loggers[record.name] = get_logger_provider().get_logger(record.name)
-        from opentelemetry._logs import SeverityNumber
+            out = self.loggers[record.name] = Logger(record.name, None)
 
         attrs = {k: v for k, v in vars(record).items() if k not in _RESERVED}
         attrs["code.file.path"] = record.pathname
@@ -101,7 +101,7 @@ class _Bridge:
         else:
             body = record.getMessage()
         out.emit(timestamp=int(record.created * 1e9), observed_timestamp=time.time_ns(),
-                 severity_number=SeverityNumber(severity(record.levelno)),
+                 severity_number=severity(record.levelno),
                  severity_text=_TEXT.get(record.levelname, record.levelname), body=body, attributes=attrs)
 
 

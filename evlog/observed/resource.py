@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from types import MappingProxyType
 
 from evlog import notices
 
@@ -88,3 +89,17 @@ def add(attrs: dict) -> None:
     with lock:
         attributes()
         _attrs.update(attrs)
+
+
+class _View:
+    """This process's resource as a span processor reads a span's (``span.resource.attributes``): the current
+    attributes, read-only, without the SDK's Resource (for the task spans made here: pools' TaskSpan, a Dask
+    worker's LiveSpans)."""
+
+    __slots__ = ("attributes",)
+
+    def __init__(self):
+        self.attributes = MappingProxyType(_attrs)
+
+
+view = _View()

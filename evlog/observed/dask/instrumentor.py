@@ -126,21 +126,22 @@ def _drain_all() -> None:
 
 
 def _start_threads() -> None:
-    """evlog's long-lived threads in a Dask process (records shipping, the SDK's metric reader, the task
-    profiler's sampler) start with the instrumentation, when ``distributed`` is imported, not at the first
-    Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
-    piece of its work left behind sees none of evlog's appear. The SDK is built here, in the importing
-    thread (a process that imports distributed makes telemetry anyway): built in a thread of its own, a
-    short program could reach interpreter shutdown in the middle of it."""
-    from evlog.observed import records
-    from evlog.observed import sdk
-
+    """evlog's long-lived threads in a Dask process (records shipping, evlog's metrics, the task profiler's
+    sampler) start with the instrumentation, when ``distributed`` is imported, not at the first Scheduler,
+    Worker or event: a program (or Dask's own test harness) that checks which threads a piece of its work
+    left behind sees none of evlog's appear. The default consumers come now too (a process that imports
+    distributed runs tasks or sends them). None of this builds the OTel SDK: evlog's Dask telemetry is
+    records and its own instruments (own_metrics), so a process whose program makes no telemetry of its
+    own imports no ``opentelemetry.sdk``."""
+    from evlog.observed import default_consumers
+    from evlog.observed import own_metrics
     from evlog.observed import profiler
+    from evlog.observed import records
 
     try:
         records.channel().start()
-        for provider in sdk.providers():
-            provider.real()
+        default_consumers.install()
+        own_metrics.registry.start()
         profiler.start()  # the task profiler's sampling thread (none with EVLOG_PROFILE_INTERVAL=off)
     except Exception as exc:
         notices.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")

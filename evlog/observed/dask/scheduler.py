@@ -133,7 +133,9 @@ class SchedulerRecorder(SchedulerPlugin):
     def _group(self, client, need) -> dict | None:
         from opentelemetry import context, trace
 
-        tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
+        from evlog.observed import own_spans  # a span of evlog's own: no SDK for it
+
+        tracer = own_spans.tracer(ds.SCOPE_NAME, ds.VERSION)
         attrs = {"dask.task.key": str(need[0].key), "dask.task.count": len(need)}
         if client:
             attrs["dask.client.id"] = str(client)
@@ -229,36 +231,30 @@ def unrelay_handlers(scheduler, originals: dict) -> None:
 # ---- metrics ------------------------------------------------------------------------------------
 
 def _observe_transitions(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = dict(_retired)
     for rec in list(_live):
         for pair, n in list(rec.counts.items()):
             total[pair] = total.get(pair, 0) + n
-    return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f})
+    return [(n, {"dask.transition.start": s, "dask.transition.finish": f})
             for (s, f), n in total.items() if f is not None]  # not a removal or a shape record
 
 
 def _observe_tasks(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = {}
     for rec in list(_live):
         for tp in list(rec.scheduler.task_prefixes.values()):
             for state, n in list(tp.states.items()):
                 total[state] = total.get(state, 0) + n
-    return [Observation(n, {"dask.task.state": s}) for s, n in total.items()]
+    return [(n, {"dask.task.state": s}) for s, n in total.items()]
 
 
 def _observe_workers(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = {}
     for rec in list(_live):
         for ws in list(rec.scheduler.workers.values()):
             s = getattr(ws.status, "name", str(ws.status))
             total[s] = total.get(s, 0) + 1
-    return [Observation(n, {"dask.worker.status": s}) for s, n in total.items()]
+    return [(n, {"dask.worker.status": s}) for s, n in total.items()]
 
 
 _instruments: list = []
@@ -268,9 +264,9 @@ def install_metrics() -> None:
     """The scheduler's instruments, once per process; they read state only when exported."""
     if _instruments:
         return
-    from opentelemetry import metrics
+    from evlog.observed import own_metrics  # evlog's path, not the SDK's meter
 
-    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
+    meter = own_metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _instruments.append(meter.create_observable_counter(
         "dask.scheduler.transitions", [_observe_transitions], unit="{transition}",
         description="scheduler task transitions, by start and finish state"))

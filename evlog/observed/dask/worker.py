@@ -113,7 +113,7 @@ class WorkerRecorder:
         self._append = self._log.append
         self._names: dict = {}  # prefix -> execute span name
         self.begun: dict = {}  # key -> (ts, span context, parent, first startstop) while Worker.execute runs it
-        self._resource = None  # the tracer provider's Resource, for the consumers' LiveSpans (fixed once built)
+        self._resource = None  # this process's resource (its attributes), for the consumers' LiveSpans
 
     @property
     def worker(self):
@@ -161,7 +161,7 @@ class WorkerRecorder:
         return ts, sc, parent, token, n0
 
     def resource(self):
-        """The tracer provider's Resource, looked up once (a provider keeps the one it was built with)."""
+        """This process's resource, looked up once (its attributes are the current ones)."""
         res = self._resource
         if res is None:
             res = self._resource = ds.resource()
@@ -273,9 +273,9 @@ def _instruments() -> None:
     """dask.task.duration and dask.transfer.bytes, once per process."""
     if _histogram:
         return
-    from opentelemetry import metrics
+    from evlog.observed import own_metrics  # evlog's path, not the SDK's meter
 
-    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
+    meter = own_metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _histogram.append(meter.create_histogram("dask.task.duration", unit="s",
                                              description="task execution time on workers, by prefix"))
     meter.create_observable_counter("dask.transfer.bytes", [_observe_transfer_bytes], unit="By",
@@ -283,9 +283,7 @@ def _instruments() -> None:
 
 
 def _observe_transfer_bytes(options):
-    from opentelemetry.metrics import Observation
-
-    return [Observation(_transferred[0])]
+    return [(_transferred[0], None)]
 
 
 # ---- attaching to a Worker, without a plugin ----------------------------------------------------
