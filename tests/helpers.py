@@ -1,6 +1,8 @@
-"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows."""
+"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows, parse a
+run folder's line with the stock protobuf JSON parser."""
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -86,4 +88,33 @@ def read_run_folder(path: str) -> dict:
             with open(f, encoding="utf-8") as fh:
                 for line in fh:
                     out[key].extend(fn(json.loads(line)))
+    return out
+
+
+ID_BYTES = {"trace_id": 16, "span_id": 8, "parent_span_id": 8}  # OTLP's id fields and their lengths
+
+
+def is_repeated(field) -> bool:
+    """A protobuf field descriptor's repeatedness, on every protobuf version pyproject allows."""
+    is_rep = getattr(field, "is_repeated", None)  # protobuf >= 5; `label` is gone in 7
+    return is_rep if is_rep is not None else field.label == field.LABEL_REPEATED
+
+
+def hex_ids_to_base64(obj, descriptor):
+    """What the otlpjsonfile receiver's unmarshaler accepts and the plain protobuf JSON mapping does not:
+    hex trace/span ids. Turn them into the mapping's base64 so json_format.Parse can read the line."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    fields = {f.json_name: f for f in descriptor.fields}
+    out = {}
+    for key, value in obj.items():
+        field = fields[key]
+        if field.type == FD.TYPE_MESSAGE:
+            if is_repeated(field):
+                value = [hex_ids_to_base64(v, field.message_type) for v in value]
+            else:
+                value = hex_ids_to_base64(value, field.message_type)
+        elif field.type == FD.TYPE_BYTES and field.name in ID_BYTES:
+            value = base64.b64encode(bytes.fromhex(value)).decode()
+        out[key] = value
     return out

@@ -55,7 +55,9 @@ class Dashboard:
     """Routes, API, live updates and token check over one Store.
 
     ``source``: what the page says it shows (a run folder, or "OTLP receiver on ...").
-    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters).
+    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters; while
+    `evlog view` reads a folder, ``loading``: how far it has come); call ``status_changed()`` when what it
+    says changes without the store changing (the folder is read), so open pages ask again.
     """
 
     def __init__(self, store: Store, *, token: str | None = None, source: str = "",
@@ -71,6 +73,7 @@ class Dashboard:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
         self._closing = False
+        self.status_version = 0  # bumped by status_changed()
 
     # ---- live updates
 
@@ -83,6 +86,20 @@ class Dashboard:
                 loop.call_soon_threadsafe(self._wake)
             except RuntimeError:
                 pass
+
+    def status_changed(self) -> None:
+        """What ``extra_status`` says changed (any thread): wake the live-update streams."""
+        self.status_version += 1
+        self.notify()
+
+    def loading(self) -> dict | None:
+        """``extra_status``'s ``loading`` (None when there is none, or it failed)."""
+        if self.extra_status is None:
+            return None
+        try:
+            return self.extra_status().get("loading")
+        except Exception:
+            return None
 
     def _wake(self) -> None:
         for ev in list(self._waiters):
@@ -282,7 +299,9 @@ class Dashboard:
         st, run = await self._view(request)
         from .report_panel import dashboard_report
 
-        return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
+        loading = self.loading()
+        state = loading.get("state") if loading else None
+        return self._json(await self._run((run, "report", state), dashboard_report, st, self.source, loading))
 
     async def _profile(self, request: Any) -> Any:
         """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""
@@ -294,9 +313,9 @@ class Dashboard:
         return self._json(await self._run((run, "profile", worker, label, span), flame, st, worker, label, span))
 
     async def _stream(self, request: Any) -> Any:
-        """Server-sent events: one ``update`` per store change (at most two a second), a comment
-        every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser to
-        reconnect after 5 s if the server goes away."""
+        """Server-sent events: one ``update`` per store change or status change (at most two a second),
+        a comment every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser
+        to reconnect after 5 s if the server goes away."""
         from aiohttp import web
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
@@ -309,9 +328,10 @@ class Dashboard:
             await resp.write(b"retry: 5000\n\n")
             while not self._closing:
                 ev.clear()  # before reading the version: a change after this line sets it again
-                v = self.store.version
+                v = (self.store.version, self.status_version)
                 if v != sent:
-                    await resp.write(f"event: update\ndata: {json.dumps({'version': v})}\n\n".encode())
+                    data = json.dumps({"version": v[0], "status": v[1]})
+                    await resp.write(f"event: update\ndata: {data}\n\n".encode())
                     sent = v
                     await asyncio.sleep(0.5)  # pacing: at most two updates a second per page
                     continue

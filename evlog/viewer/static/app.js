@@ -31,6 +31,17 @@
     var m = $("message"); m.hidden = !text; m.textContent = text || "";
   }
 
+  /** While `evlog view` reads a run folder: how far it has come (the panels show what is read so far,
+      the report waits for the whole); while rows wait to be stored (a live run, `evlog serve`): how many. */
+  function showLoading(st) {
+    var l = st.loading, box = $("loading"), text = "";
+    EV.loadingNow = !!(l && l.state === "loading");
+    if (EV.loadingNow) text = "Reading the run folder: " + EV.loadingText(l) + "; the panels show what is read so far.";
+    else if (st.pending_rows > 0) text = "Storing " + EV.num(st.pending_rows) + " rows received; the panels show what is stored so far.";
+    box.hidden = !text; box.textContent = text;
+    document.body.setAttribute("data-loading", EV.loadingNow ? "loading" : text ? "storing" : (l && l.state) || "");
+  }
+
   function failed(what) {
     return function (e) {
       if (e && (e.status === 401 || e.stale)) return;  // a stale answer: of the run shown before a switch
@@ -94,6 +105,7 @@
         $("source").textContent = ov.source;
         document.title = "evlog · " + ov.source;
         EV.renderCounts($("counts"), ov);
+        showLoading(ov.receiver || {});
         refreshRuns(ov);
         refreshWorkers(ov);
         $("metadata-section").hidden = !ov.has_metadata;
@@ -163,7 +175,7 @@
       message("");
     });
     es.addEventListener("update", function (e) {
-      var v = JSON.parse(e.data).version;
+      var d = JSON.parse(e.data), v = d.version + "." + (d.status || 0);  // the store's, and the server's status
       if (v === state.version) return;
       state.version = v;
       EV.updates = (EV.updates || 0) + 1;
