@@ -26,7 +26,7 @@ from typing import Any, Callable
 from evlog.data.panels.console import console
 from evlog.data.panels.dag import task_graph
 from evlog.data.panels.events import events
-from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, gantt
+from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, MAX_BINS, MIN_BINS, gantt
 from evlog.data.panels.metadata import graphs
 from evlog.data.panels.overview import overview, runs
 from evlog.data.panels.plots import plots
@@ -233,8 +233,12 @@ class Dashboard:
         worker = request.query.get("worker") or None
         t0, t1 = self._float(request, "t0"), self._float(request, "t1")
         whole = request.query.get("whole") in ("1", "true")
-        data = await self._run((run, "gantt", worker, t0, t1, whole), gantt, st, worker, t0, t1, MAX_BARS,
-                               GANTT_BINS, whole)
+        # bins: the page's width in pixels (a bin per pixel column); max_bars: fewer bars than the default
+        b, m = self._float(request, "bins"), self._float(request, "max_bars")
+        bins = GANTT_BINS if b is None else int(min(max(b, MIN_BINS), MAX_BINS))
+        bars = MAX_BARS if m is None else int(min(max(m, 0), MAX_BARS))
+        data = await self._run((run, "gantt", worker, t0, t1, whole, bins, bars), gantt, st, worker, t0, t1, bars,
+                               bins, whole)
         return self._json(data)
 
     async def _plots(self, request: Any) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from .codec import loads, process_name
-from .schema import CAT_SCHED_TASK, RUN_OF
+from .schema import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, RUN_OF
 
 
 class Queries:
@@ -277,6 +277,31 @@ class Queries:
             sql += " WHERE " + " AND ".join(where)
         return self._q(sql + " ORDER BY start", tuple(args))
 
+    def transfer_rows(self, t0: int | None = None, t1: int | None = None) -> list[tuple]:
+        """(id, start, end, destination worker, source worker, bytes, status_code, task_key) of the
+        ``dask.transfer`` spans overlapping [t0, t1], by start: a worker fetching data from another
+        (its span is the fetching worker's; the source is an attribute)."""
+        where, args = ["cat = ?", "name = 'dask.transfer'"], [CAT_OTHER]
+        if t1 is not None:
+            where.append("start <= ?")
+            args.append(t1)
+        if t0 is not None:
+            where.append("end >= ?")
+            args.append(t0)
+        rows = self._q(
+            f"SELECT id, start, end, worker, {_attr('attributes', 'dask.transfer.source')}, "
+            f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, req, idx FROM spans "
+            f"WHERE {' AND '.join(where)} ORDER BY start", tuple(args))
+        raw = iter(self._requests.rows(self.reader(), [(r[8], r[9]) for r in rows if r[8] is not None]))
+        out = []
+        for rid, start, end, worker, source, nbytes, code, key, req, _idx in rows:
+            if req is not None:  # kept as its protobuf request (`evlog serve`)
+                a = next(raw)["attributes"]
+                source, nbytes = a.get("dask.transfer.source"), a.get("dask.transfer.bytes")
+            out.append((rid, start, end, worker or "", "" if source is None else str(source),
+                        nbytes if type(nbytes) is int else 0, code, key))
+        return out
+
     def span_by_id(self, row_id: int) -> dict | None:
         rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
         return self._span_dicts(rows)[0] if rows else None
@@ -288,6 +313,11 @@ class Queries:
         if limit is not None:
             return self._q(sql + " LIMIT ?", (limit,))
         return self._q(sql)
+
+    def executions_per_prefix(self) -> dict[str, int]:
+        """{prefix: executions} of the Dask task executions (``dask.execute`` spans): the tasks run."""
+        return {p or "": n for p, n in self._q("SELECT prefix, count(*) FROM spans WHERE cat = ? GROUP BY prefix",
+                                               (CAT_EXECUTION,))}
 
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")

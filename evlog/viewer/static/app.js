@@ -51,10 +51,11 @@
   }
 
   function refreshGantt() {
-    var p = { worker: state.worker };
+    var p = { worker: state.worker, bins: EV.gantt.columns() };  // a time bin per pixel column
     if (state.range) { p.t0 = state.range[0]; p.t1 = state.range[1]; } else if (state.whole) p.whole = 1;
     return EV.api("api/gantt", p).then(function (g) {
-      $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)");
+      $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)") +
+        (g.transfer_total ? " · " + EV.num(g.transfer_total) + " transfers" : "");
       var note = $("gantt-note"); note.hidden = !g.note; note.textContent = g.note || "";
       EV.gantt.set(g);
       EV.timeRange = [g.t0, g.t1];  // the plots share it (plots.js)
@@ -65,6 +66,8 @@
       });
       if (g.prefixes.length > 40) leg.appendChild(EV.el("span", {}, "… " + (g.prefixes.length - 40) + " more"));
       if (g.mode === "bars" && g.bars.length) leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:#fff;border:2px solid #d0312d" }), "error"]));
+      if (g.transfer_total) EV.Gantt.transferLegend().forEach(function (x) { leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + x[1] }), x[0]])); });
+      leg.appendChild(EV.el("span", { "class": "muted" }, "shade: the share of the time busy (white idle, full colour busy throughout)"));
     });
   }
 
