@@ -327,21 +327,25 @@ def many_view(tmp_path_factory):
         _stop(proc)
 
 
-def test_the_aggregated_gantt_shows_where_tiny_tasks_ran(many_view, browser, tmp_path):
-    """23,008 executions: the Gantt aggregates. Bins where µs tasks ran are drawn dark (by the tasks
-    started in them), not as a pale wash beside the bins of the 0.2 s tasks."""
+def test_the_aggregated_gantt_shades_each_bin_by_its_busy_share(many_view, browser, tmp_path):
+    """23,008 executions: the Gantt aggregates, a time bin per pixel column. A bin is shaded by the share of
+    its time a task ran, never relative to the busiest: where tasks of a few µs ran it is pale (their
+    workers were idle most of it; the tooltip still counts the tasks started), where the 0.2 s tasks ran
+    it is full colour, and each lane's ink is its busy share."""
     browser.goto(many_view)
     browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
     assert browser.js("document.getElementById('gantt').getAttribute('data-mode')") == "aggregated"
     lanes = browser.js("EV.gantt.data.lanes")
     assert len(lanes) == 4, lanes  # 2 workers x 2 threads (6 were seen once, under load: which, if again?)
-    # the short tasks' bins hold almost no busy time, yet most drawn bins are dark
-    busy = browser.js("(() => { const d = EV.gantt.data, m = d.prefixes.indexOf('inc'), v = [];"
-                      "d.main.forEach((row, l) => row.forEach((p, j) => { if (p === m) v.push(d.busy[l][j]); }));"
-                      "v.sort((a, b) => a - b); return v[v.length >> 1]; })()")
-    assert busy < 0.25
-    strong = float(browser.js("document.getElementById('gantt').getAttribute('data-strong-bins')"))
-    assert strong >= 0.5, strong
+    browser.wait_js("EV.gantt.data.bins === EV.gantt.columns()", what="a time bin per pixel column")
+    per_prefix = browser.js("(() => { const d = EV.gantt.data, v = {};"
+                            "d.main.forEach((row, l) => row.forEach((p, j) => { if (p >= 0) (v[d.prefixes[p]] = v[d.prefixes[p]] || [])"
+                            ".push(d.busy[l][j]); })); Object.values(v).forEach(x => x.sort((a, b) => a - b)); return v; })()")
+    assert per_prefix["inc"][len(per_prefix["inc"]) // 2] < 0.25  # mostly idle, drawn so
+    assert per_prefix["slow"][-1] >= 0.9
+    ink = browser.js("EV.gantt.laneInk(EV.gantt.data.t0, EV.gantt.data.t1)")
+    mean = browser.js("EV.gantt.data.busy.map(row => row.reduce((a, b) => a + Math.min(b, 1), 0) / row.length)")
+    assert ink == pytest.approx(mean, abs=0.02)
     # the report's critical paths (each map's last task) are outlined over the bins
     browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=120,
                     what="the report panel")
@@ -397,3 +401,212 @@ def test_a_pool_runs_report_links_its_straggler_and_failure_to_their_stories(tmp
     finally:
         _stop(proc)
     no_exceptions(browser)
+
+
+# -------------------------------------------------------------------------------------------------
+# a run whose workers were about 10% busy: the Gantt's ink is the busy fraction at every zoom
+
+IDLE_APP = r'''
+import time
+import dask
+from dask.distributed import Client, LocalCluster
+
+def tick(i, prev):
+    time.sleep(0.045)
+    return i
+
+def work(t, side):
+    time.sleep(0.005)
+    return t
+
+if __name__ == "__main__":
+    # worker c runs a chain of 45 ms ticks; after each, workers a and b each run a 5 ms task that needs
+    # it (fetched from c): a and b are about 10% busy, c about 80%, in one client call
+    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(3)
+        a, b, c = sorted(client.scheduler_info()["workers"])
+        prev, outs = None, []
+        for i in range(200):
+            with dask.annotate(workers=[c], allow_other_workers=False):
+                prev = dask.delayed(tick)(i, prev, dask_key_name=f"tick-{i}")
+            for side, w in (("a", a), ("b", b)):
+                with dask.annotate(workers=[w], allow_other_workers=False):
+                    outs.append(dask.delayed(work)(prev, side, dask_key_name=f"work-{side}-{i}"))
+        total = client.compute(dask.delayed(sum)(outs, dask_key_name="total"), optimize_graph=False).result()
+        assert total == 2 * sum(range(200)), total
+        print(a, b, c)
+'''
+
+
+@pytest.fixture(scope="module")
+def idle_run(tmp_path_factory):
+    """IDLE_APP's run folder and `evlog view` of it: (folder, URL)."""
+    from test_cli import _start_view, _stop
+
+    folder = _run(tmp_path_factory.mktemp("idle"), IDLE_APP)
+    proc, url = _start_view(folder, "--no-follow")
+    try:
+        yield folder, url
+    finally:
+        _stop(proc)
+
+
+def _ink_at(browser, t0: float, t1: float, aggregated: bool = False) -> tuple[str, list]:
+    """The Gantt zoomed to [t0, t1] (as drawing bars, or time bins: ``aggregated``): its mode and each
+    lane's mean ink over [t0, t1], read back from the canvas's pixels."""
+    if aggregated:  # what a run of more spans than MAX_BARS gets: time bins, one per pixel column
+        return browser.js(f"EV.api('api/gantt', {{max_bars: 0, bins: EV.gantt.columns(), t0: {t0}, t1: {t1}}})"
+                          f".then(g => {{ EV.gantt.set(g); return [g.mode, EV.gantt.laneInk({t0}, {t1})]; }})")
+    browser.js(f"EV.zoomTo({t0}, {t1})")
+    browser.wait_js(f"Math.abs(EV.gantt.data.t0 - {t0}) < 1e-6 && Math.abs(EV.gantt.data.t1 - {t1}) < 1e-6",
+                    what="the zoom")
+    return browser.js("EV.gantt.data.mode"), browser.js(f"EV.gantt.laneInk({t0}, {t1})")
+
+
+def _busy_in(spans: list[dict], worker: str, t0: float, t1: float) -> float:
+    """The share of [t0, t1] (seconds) in which ``worker`` ran a task: its dask.execute spans in the run folder."""
+    iv = sorted((max(s["start"] / 1e9, t0), min(s["end"] / 1e9, t1)) for s in spans
+                if s["name"].startswith("dask.execute") and s["attributes"].get("dask.worker.address") == worker)
+    busy, cur = 0.0, t0
+    for a, b in iv:
+        a = max(a, cur)
+        if b > a:
+            busy, cur = busy + b - a, b
+    return busy / (t1 - t0)
+
+
+def test_a_lanes_ink_is_its_busy_fraction_at_every_zoom(idle_run, browser, tmp_path):
+    """The mean shade of each worker's lane against the report's utilisation (busy time over the
+    computation's window), drawn as bars (most narrower than a pixel) and as time bins; and, zoomed to
+    the middle fifth and to one second (where every task is several pixels wide), against the busy
+    share of that window counted from the run folder's execution spans."""
+    from helpers import read_run_folder
+
+    folder, url = idle_run
+    spans = read_run_folder(folder)["spans"]
+    open_page(browser, url)
+    browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=120,
+                    what="the report panel")
+    click_element(browser, "#report-mark")  # no critical-path outline: only the lanes' own ink
+    assert browser.wait_js("document.getElementById('gantt').getAttribute('data-critical') === '0'")
+    [c] = browser.js("EV.report.computations")
+    busy = {w["address"]: w["utilisation"] for w in browser.js("EV.report.workers")}
+    lanes = browser.js("EV.gantt.data.lanes")
+    threads = [i for i, lane in enumerate(lanes) if not lane.get("transfers")]
+    assert len(threads) == 3 and {lanes[i]["worker"] for i in threads} == set(busy)
+    assert sum(0.05 <= u <= 0.2 for u in busy.values()) == 2, busy  # the run was what the test is about
+    for aggregated, mode in ((False, "bars"), (True, "aggregated")):
+        assert _ink_at(browser, c["start"], c["end"], aggregated)[0] == mode
+        ink = browser.js(f"EV.gantt.laneInk({c['start']}, {c['end']})")
+        for i in threads:
+            w = lanes[i]["worker"]
+            assert abs(ink[i] - busy[w]) <= 0.1, (mode, w, ink[i], busy)
+            assert abs(ink[i] - _busy_in(spans, w, c["start"], c["end"])) <= 0.02, (mode, w, ink[i])
+    wall = c["end"] - c["start"]
+    for t0, t1 in ((c["start"] + 0.4 * wall, c["start"] + 0.6 * wall), (c["start"] + 0.5 * wall, c["start"] + 0.5 * wall + 1)):
+        mode, ink = _ink_at(browser, t0, t1)
+        assert mode == "bars"
+        for i in threads:
+            w = lanes[i]["worker"]
+            assert abs(ink[i] - _busy_in(spans, w, t0, t1)) <= 0.1, (t1 - t0, w, ink[i])
+    shoot(browser, ["#gantt-section"], str(tmp_path / "idle.png"))
+    no_exceptions(browser)
+
+
+def test_transfers_have_a_lane_per_worker_coloured_by_direction(idle_run, browser):
+    from helpers import read_run_folder
+
+    folder, url = idle_run
+    spans = read_run_folder(folder)["spans"]
+    moved = [s for s in spans if s["name"] == "dask.transfer"]
+    assert len(moved) >= 300  # a and b fetch most ticks from c, and the total's worker the other's results
+    open_page(browser, url)
+    g = browser.js("EV.gantt.data")
+    assert g["transfer_total"] == len(moved)
+    lanes = g["lanes"]
+    transfer_lane = {lane["worker"]: i for i, lane in enumerate(lanes) if lane.get("transfers")}
+    assert set(transfer_lane) == {lane["worker"] for lane in lanes}  # every worker fetched or was fetched from
+    want = {}  # (worker, 0: fetched by it | 1: fetched from it) -> transfers, counted in the run folder
+    for s in moved:
+        a = s["attributes"]
+        for key in ((a["dask.worker.address"], 0), (a["dask.transfer.source"], 1)):
+            want[key] = want.get(key, 0) + 1
+    got = {}
+    for _start, _end, lane, direction, *_rest in g["transfers"]:
+        got[(lanes[lane]["worker"], direction)] = got.get((lanes[lane]["worker"], direction), 0) + 1
+    assert got == want
+    # drawn: data fetched in, blue in the upper half of the lane; data fetched from it, orange in the lower
+    halves = browser.js("""(() => { const G = EV.gantt, g = G.canvas.getContext('2d'), d = G.data, out = {};
+        d.lanes.forEach((lane, l) => { if (!lane.transfers) return;
+          const y = G.laneY(l) + 1, h = Math.floor((G.laneH - 2) / 2), ink = [];
+          for (const top of [y, y + h]) { const px = g.getImageData(G.plotLeft, top, G.plotWidth, h).data; let blue = 0, orange = 0;
+            for (let i = 0; i < px.length; i += 4) { if (px[i + 2] > px[i] + 30) blue++; if (px[i] > px[i + 2] + 30) orange++; }
+            ink.push([blue, orange]); }
+          out[lane.worker] = ink; });
+        return out; })()""")
+    assert set(halves) == set(transfer_lane)
+    for w, ((top_blue, top_orange), (low_blue, low_orange)) in halves.items():
+        assert (top_blue > 0) == ((w, 0) in want) and (low_orange > 0) == ((w, 1) in want), halves
+        assert top_orange == 0 and low_blue == 0, halves
+    # a transfer's hover names where its data came from
+    k = browser.js("EV.gantt.data.transfers.findIndex(t => t[3] === 0 && t[1] - t[0] > 0.001)")
+    c_xy = browser.js(f"""(() => {{ const G = EV.gantt, t = G.data.transfers[{k}], r = G.canvas.getBoundingClientRect();
+        G.canvas.scrollIntoView({{block: 'center'}});
+        return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => {{ const r = G.canvas.getBoundingClientRect();
+          ok({{x: r.left + (G.x(t[0]) + Math.max(G.x(t[1]), G.x(t[0]) + 1)) / 2, y: r.top + G.laneY(t[2]) + 3}}); }}))); }})()""")
+    browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=c_xy["x"], y=c_xy["y"])
+    tip = browser.wait_js("!document.getElementById('gantt-tip').hidden && document.getElementById('gantt-tip').textContent",
+                          what="the transfer's hover")
+    assert tip.startswith("fetched from " + browser.js(f"EV.gantt.data.transfers[{k}][6]") + " · "), tip
+    no_exceptions(browser)
+
+
+def test_the_task_graph_counts_the_tasks_run_not_the_spans(idle_run):
+    """A key whose result was let go later has a second dask.task span: the graph counts it once. Its
+    counts, per task and per prefix, sum to the executions in the run folder."""
+    import urllib.request
+
+    from helpers import read_run_folder
+
+    from evlog.data.panels.dag import task_graph
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
+
+    folder, url = idle_run
+    spans = read_run_folder(folder)["spans"]
+    executions = [s for s in spans if s["name"].startswith("dask.execute")]
+    lives = [s for s in spans if s["name"].startswith("dask.task")]
+    assert len(executions) == 601 and len(lives) > len(executions)  # some keys have a second life
+    with urllib.request.urlopen(url + "api/dag", timeout=60) as r:
+        dag = json.loads(r.read())
+    assert dag["mode"] == "tasks" and len(dag["nodes"]) == len(executions)
+    store = Store(None)
+    RunFolder(folder).load_into(store)
+    by_prefix = task_graph(store, max_nodes=10)  # past 10 tasks: a node per prefix
+    assert by_prefix["mode"] == "prefixes"
+    counts = {n["prefix"]: n["count"] for n in by_prefix["nodes"]}
+    assert counts == {"tick": 200, "work-a": 200, "work-b": 200, "total": 1}, counts
+    assert sum(counts.values()) == len(executions) and f"{len(executions):,} tasks" in by_prefix["note"]
+
+
+def test_machine_figures_once_per_host_and_no_processor_saturation_for_one_thread(idle_run):
+    import urllib.request
+
+    from helpers import read_run_folder
+
+    folder, url = idle_run
+    with urllib.request.urlopen(url + "api/plots", timeout=60) as r:
+        plots = {p["name"]: p for p in json.loads(r.read())}
+    # each worker has one thread: processor saturation would be worker saturation again
+    assert "evlog.processor.saturation" not in plots
+    assert all(s["threads"] == 1 for s in plots["evlog.worker.saturation"]["series"])
+    metrics = read_run_folder(folder)["metrics"]
+    for name in ("system.cpu.load_average.1m", "evlog.memory.free_fraction"):
+        sampled_by = {m["resource"].get("process.pid") for m in metrics if m["name"] == name}
+        assert len(sampled_by) >= 4  # the client, the workers, the exporter ...
+        [series] = plots[name]["series"]  # ... one line: the machine's
+        assert series["label"] == metrics[0]["resource"]["host.name"]
+        points = sum(v is not None for v in series["values"])
+        times = {m["time"] for m in metrics if m["name"] == name}
+        assert points == len({t / 1e9 for t in times}) or plots[name]["downsampled"]

@@ -71,6 +71,13 @@
     });
   }
 
+  // time bins are a pixel column each: when the chart's width changes (a scroll bar comes, the window is
+  // resized), the bins are asked for again
+  if (window.ResizeObserver) new ResizeObserver(function () {
+    var g = EV.gantt.data, want = Math.min(4000, Math.max(50, EV.gantt.columns()));
+    if (g && g.mode === "aggregated" && g.bins !== want) refreshGantt().catch(failed("gantt"));
+  }).observe($("gantt-wrap"));
+
   /** `evlog serve` with several runs: one is shown at a time (the newest unless chosen). */
   function refreshRuns(ov) {
     var sel = $("run"), runs = ov.runs || [];

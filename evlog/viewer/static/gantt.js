@@ -245,6 +245,7 @@
   Gantt.prototype._columns = function (g, colours) {
     var d = this.data, lh = this.laneH, n = d.lanes.length, self = this;
     var cov = this._coverage(d.bars.map(function (b) { return [b[0], b[1], b[2], b[3]]; }), n);
+    this.drawnMain = cov.map(function (cv) { return cv ? cv.main : null; });
     cov.forEach(function (cv, l) { if (cv) self._fillColumns(g, cv.cover, cv.main, colours, self.laneY(l) + 1, lh - 2); });
     var tr = d.transfers || [], half = Math.max(1, Math.floor((lh - 2) / 2));
     [0, 1].forEach(function (dir) {
@@ -294,6 +295,11 @@
     }
     var transfer = {};
     (d.transfer_busy || []).forEach(function (t) { transfer[t[0]] = t; });
+    this.drawnMain = d.main.map(function (m) {  // per pixel column, its bin's main prefix
+      var out = new Int32Array(self.plotWidth);
+      for (var j = 0; j < out.length; j++) out[j] = m[Math.min(m.length - 1, Math.floor(j / bw))];
+      return out;
+    });
     var half = Math.max(1, Math.floor((lh - 2) / 2));
     for (var l = 0; l < n; l++) {
       var y = this.laneY(l);
@@ -340,22 +346,25 @@
   };
 
   /** The mean shade of each lane over [t0, t1] as drawn (0 white .. 1 full colour), read back from the
-      canvas: what a reader sees, for tests and for checking the drawing against the busy figures. */
+      canvas: each pixel column against the colour of its main prefix. What a reader sees, for tests that
+      hold the drawing to the busy figures; a transfer lane: null. */
   Gantt.prototype.laneInk = function (t0, t1) {
     var d = this.data, dpr = window.devicePixelRatio || 1, g = this.canvas.getContext("2d"), self = this;
-    var x0 = Math.round(this._x(Math.max(t0, d.t0)) * dpr), x1 = Math.round(this._x(Math.min(t1, d.t1)) * dpr);
-    var weight = d.lanes.map(function () { return {}; });  // per lane, time per prefix: its main one sets the colour
-    if (d.mode === "bars") d.bars.forEach(function (b) { weight[b[2]][b[3]] = (weight[b[2]][b[3]] || 0) + b[1] - b[0]; });
-    else d.main.forEach(function (row, l) { row.forEach(function (p, j) { if (p >= 0) weight[l][p] = (weight[l][p] || 0) + d.busy[l][j]; }); });
+    var c0 = Math.max(0, Math.round(this._x(Math.max(t0, d.t0)) - GUTTER));
+    var c1 = Math.min(this.plotWidth, Math.round(this._x(Math.min(t1, d.t1)) - GUTTER));
+    var refs = d.prefixes.map(function (p) { var c = rgb(EV.prefixColour(p)); return 765 - c[0] - c[1] - c[2]; });
     return d.lanes.map(function (lane, l) {
+      if (lane.transfers) return null;
+      var main = self.drawnMain && self.drawnMain[l];
+      if (!main || c1 <= c0) return 0;
       var y0 = Math.round((self.laneY(l) + 1) * dpr), y1 = Math.round((self.laneY(l) + self.laneH - 1) * dpr);
-      var ps = Object.keys(weight[l]);
-      if (lane.transfers || x1 <= x0 || y1 <= y0) return null;
-      if (!ps.length) return 0;
-      var ref = rgb(EV.prefixColour(d.prefixes[ps.reduce(function (a, p) { return weight[l][p] > weight[l][a] ? p : a; })]));
-      var px = g.getImageData(x0, y0, x1 - x0, y1 - y0).data, sum = 0, full = 765 - ref[0] - ref[1] - ref[2];
-      for (var i = 0; i < px.length; i += 4) sum += 765 - px[i] - px[i + 1] - px[i + 2];
-      return full > 0 ? sum / (px.length / 4) / full : 0;
+      var x0 = Math.round((GUTTER + c0) * dpr), x1 = Math.round((GUTTER + c1) * dpr), w = x1 - x0;
+      var px = g.getImageData(x0, y0, w, y1 - y0).data, sum = 0;
+      for (var i = 0; i < px.length; i += 4) {
+        var col = c0 + Math.floor(((i / 4) % w) / dpr), ref = main[col] >= 0 ? refs[main[col]] : 0;
+        if (ref > 0) sum += (765 - px[i] - px[i + 1] - px[i + 2]) / ref;
+      }
+      return sum / (px.length / 4);
     });
   };
 
