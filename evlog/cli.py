@@ -317,7 +317,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     ingestor = Ingestor(store)
     # how far the folder is read: "loading" until everything in it when `view` started is stored, then
     # "live" (following the run) or "loaded"; read, total: bytes of its files (compressed ones as they are)
-    progress = {"state": "loading", "read": 0, "total": 0, "rows": 0}
+    progress = {"state": "loading", "read": 0, "total": rf.bytes_total, "rows": 0}
     dash = Dashboard(store, token=args.token, source=f"run folder {rf.path}",
                      extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count,
                                            "loading": {**progress, "pending_rows": ingestor.pending()}})

@@ -118,3 +118,29 @@ def hex_ids_to_base64(obj, descriptor):
             value = base64.b64encode(bytes.fromhex(value)).decode()
         out[key] = value
     return out
+
+
+def gzip_members(lines: list[bytes], per: int = 3, cut: bool = True) -> list[bytes]:
+    """gzip members of ``per`` lines each, as a run folder's writer makes one per flush; with ``cut``, the
+    second member ends in the middle of a line, whose rest opens the third."""
+    import gzip
+
+    data = [b"".join(lines[i:i + per]) for i in range(0, len(lines), per)]
+    if cut and len(data) >= 3:
+        half = len(data[1]) - 10
+        data[1], data[2] = data[1][:half], data[1][half:] + data[2]
+    return [gzip.compress(d, compresslevel=1, mtime=0) for d in data]
+
+
+def gzip_run_folder(src: str, dst: str, per: int = 3, cut: bool = True) -> dict[str, list[bytes]]:
+    """Each ``*.jsonl`` of ``src`` as ``dst/<name>.gz`` in members (gzip_members); returns {gz path: members}."""
+    os.makedirs(dst, exist_ok=True)
+    out = {}
+    for path in sorted(glob.glob(os.path.join(src, "*.jsonl"))):
+        with open(path, "rb") as f:
+            members = gzip_members(f.readlines(), per, cut)
+        target = os.path.join(dst, os.path.basename(path) + ".gz")
+        with open(target, "wb") as f:
+            f.write(b"".join(members))
+        out[target] = members
+    return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 
 import pytest
 
@@ -183,10 +184,13 @@ def test_lane_labels_show_worker_and_thread_in_full(report_view, browser):
     open_page(browser, report_view)
     lanes = browser.js("EV.gantt.data.lanes")
     labels = browser.js("EV.gantt.labels()")
-    assert len(labels) == len(lanes) == 4
+    assert len(labels) == len(lanes) and sum(not x.get("transfers") for x in lanes) == 4  # and transfer lanes
     for lane, label in zip(lanes, labels):
-        assert label["lines"] == [lane["worker"], lane["thread"]], label  # two lines, nothing cut
-    assert len({tuple(x["lines"]) for x in labels}) == 4
+        if lane.get("transfers"):
+            assert label["lines"] == [lane["worker"], "transfers: fetched in ▲ / out ▼"], label
+        else:
+            assert label["lines"] == [lane["worker"], lane["thread"]], label  # two lines, nothing cut
+    assert len({tuple(x["lines"]) for x in labels}) == len(lanes)
     # hovering a label gives it in full
     r = browser.js("(() => { const r = document.getElementById('gantt').getBoundingClientRect(); "
                    "return {x: r.left + 30, y: r.top + EV.gantt.laneH * 1.5}; })()")
@@ -238,6 +242,10 @@ def test_the_report_panel_lists_the_critical_path_and_the_gantt_marks_it(report_
                        ".find(x => x.querySelector('summary').textContent.startsWith('get final-0')); "
                        "return Array.from(d.querySelectorAll('table.critical-path tbody tr')).map(r => r.cells[1].textContent); })()")
     assert first == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
+    # time by prefix, per task (median, sum in task-seconds): a sum of task times never reads as wall time
+    cells = browser.js("Array.from(document.querySelectorAll('#report table.prefixes tbody tr')).map(r => "
+                       "Array.from(r.cells).slice(2, 5).map(c => c.textContent))")
+    assert cells and all(re.fullmatch(r"(-|[\d.]+ [µm]?s)( · p95 (-|[\d.]+ [µm]?s))? \(Σ (-|[\d.,]+ task-s)\)", c) for r in cells for c in r), cells
     advice = browser.js("Array.from(document.querySelectorAll('#report ul.advice li')).map(l => l.textContent)")
     assert any("straggler work-17" in a for a in advice) and any("boom-0 failed with ValueError" in a for a in advice)
     # the Gantt outlines the critical paths' executions: one bar per task on a path, of the
@@ -610,3 +618,116 @@ def test_machine_figures_once_per_host_and_no_processor_saturation_for_one_threa
         points = sum(v is not None for v in series["values"])
         times = {m["time"] for m in metrics if m["name"] == name}
         assert points == len({t / 1e9 for t in times}) or plots[name]["downsampled"]
+
+
+# -------------------------------------------------------------------------------------------------
+# a folder still being read; a run cut short: the report of whole computations only
+
+
+def _get(url: str):
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def test_a_folder_being_read_says_how_far_and_the_report_waits_for_the_whole(tmp_path, browser):
+    """An 80 MB run folder (compressed: the reader's work is the same) takes seconds to read: the page
+    says how much of it is read, of how much, and the report panel waits; once read, both say so."""
+    from helpers import gzip_run_folder
+    from synthetic_run import make_run
+    from test_cli import _start_view, _stop
+
+    make_run(str(tmp_path / "plain"), n_tasks=40_000, batch=200, gauge_ms=200)
+    folder = str(tmp_path / "run")
+    total = sum(len(b) for m in gzip_run_folder(str(tmp_path / "plain"), folder, per=3).values() for b in m)
+    proc, url = _start_view(folder)  # following the folder, as for a live run
+    try:
+        loading = _get(url + "api/overview")["receiver"]["loading"]
+        assert loading["state"] == "loading" and loading["total"] == total and loading["read"] < total
+        rep = _get(url + "api/report")
+        assert rep["loading"]["state"] == "loading" and rep["partial"] and not rep["computations"]
+        browser.goto(url)
+        text = browser.wait_js("document.body.getAttribute('data-loading') === 'loading' && "
+                               "document.getElementById('loading').textContent", what="the loading banner")
+        assert re.fullmatch(r"Reading the run folder: [\d.]+ k?M?B of [\d.]+ MB read \(\d+%\), [\d,]+ rows; the panels "
+                            r"show what is read so far\.", text), text
+        assert "made once the run folder is read" in browser.wait_js(
+            "document.querySelector('#report p.partial') && document.querySelector('#report p.partial').textContent")
+        browser.wait_js("document.body.getAttribute('data-loading') === 'live'", timeout=300, what="the folder read")
+        assert browser.js("document.getElementById('loading').hidden")
+        browser.wait_js("EV.report && !EV.report.loading && !EV.report.empty", timeout=120, what="the report")
+        assert not browser.js("EV.report.partial") and browser.js("EV.report.computations.length") >= 1
+        assert browser.wait_js("EV.gantt.data && EV.gantt.data.total") == 40_000
+        loading = _get(url + "api/overview")["receiver"]["loading"]
+        assert loading["read"] == loading["total"] == total and loading["pending_rows"] == 0
+    finally:
+        _stop(proc)
+    no_exceptions(browser)
+
+
+CALLS_APP = r'''
+import time
+import dask
+from dask.distributed import Client, LocalCluster
+
+def step(x, *deps):
+    time.sleep(0.002)
+    return x
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        for call in range(6):  # six client calls, one after the other, each a small tree
+            leaves = [dask.delayed(step)(i, dask_key_name=f"leaf{call}-{i}") for i in range(40)]
+            mids = [dask.delayed(step)(i, *leaves[i::4], dask_key_name=f"mid{call}-{i}") for i in range(4)]
+            dask.delayed(step)(call, *mids, dask_key_name=f"top{call}").compute()
+            time.sleep(0.3)
+'''
+
+
+def test_the_report_panel_of_a_run_cut_short_analyses_whole_computations_only(tmp_path):
+    """The traces of a run of six client calls, cut at several points (as a run still going, or a folder
+    read in part, is): the panel's computations are the whole ones, each with all its tasks, and the
+    panel says how many it left out; a cut never shows a start of 0 (the epoch)."""
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
+    from evlog.viewer.report_panel import dashboard_report
+
+    full = _run(tmp_path, CALLS_APP)
+    whole = dashboard_report(_load(full), "full")
+    assert not whole["partial"] and whole["left_out"] == {}
+    tasks = {c["name"]: c["tasks"] for c in whole["computations"]}
+    assert len(tasks) == 6 and set(tasks.values()) == {45}
+    traces = [n for n in os.listdir(full) if n.startswith("traces")]
+    [name] = traces
+    with open(os.path.join(full, name), "rb") as f:
+        lines = f.readlines()
+    seen_partial = False
+    for share in (0.2, 0.4, 0.6, 0.8):
+        cut = tmp_path / f"cut{share}"
+        cut.mkdir()
+        for n in os.listdir(full):
+            if n != name:
+                os.link(os.path.join(full, n), cut / n)
+        (cut / name).write_bytes(b"".join(lines[:int(len(lines) * share)]))
+        store = Store(None)
+        RunFolder(str(cut)).load_into(store)
+        rep = dashboard_report(store, "cut")
+        left = sum(rep["left_out"].values())
+        assert rep["partial"] == bool(left)
+        seen_partial = seen_partial or rep["partial"]
+        for c in rep["computations"]:
+            assert tasks.get(c["name"]) == c["tasks"] == 45, (share, c["name"])  # whole, as in the full run
+            assert c["start"] and c["wall_s"] is not None and c["wall_s"] < 600, c
+        assert len(rep["computations"]) + left <= 6
+    assert seen_partial
+
+
+def _load(folder: str):
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
+
+    store = Store(None)
+    RunFolder(folder).load_into(store)
+    return store

@@ -16,34 +16,11 @@ import os
 import subprocess
 import sys
 
-from helpers import PYTHON, evlog_env, hex_ids_to_base64, run_instrumented
+from helpers import PYTHON, evlog_env, gzip_members as _members, gzip_run_folder as _compress_folder
+from helpers import hex_ids_to_base64, run_instrumented
 from synthetic_run import make_run
 
 from evlog.data.run_reader import RunFolder
-
-
-def _members(lines: list[bytes], per: int = 3, cut: bool = True) -> list[bytes]:
-    """gzip members of ``per`` lines each (the writer's flushes); with ``cut``, the second member ends in
-    the middle of a line, whose rest opens the third."""
-    data = [b"".join(lines[i:i + per]) for i in range(0, len(lines), per)]
-    if cut and len(data) >= 3:
-        half = len(data[1]) - 10
-        data[1], data[2] = data[1][:half], data[1][half:] + data[2]
-    return [gzip.compress(d, compresslevel=1, mtime=0) for d in data]
-
-
-def _compress_folder(src: str, dst: str, per: int = 3, cut: bool = True) -> dict[str, list[bytes]]:
-    """Each ``*.jsonl`` of ``src`` as ``dst/<name>.gz`` in members; returns {gz path: members}."""
-    os.makedirs(dst, exist_ok=True)
-    out = {}
-    for path in sorted(glob.glob(os.path.join(src, "*.jsonl"))):
-        with open(path, "rb") as f:
-            members = _members(f.readlines(), per, cut)
-        target = os.path.join(dst, os.path.basename(path) + ".gz")
-        with open(target, "wb") as f:
-            f.write(b"".join(members))
-        out[target] = members
-    return out
 
 
 def _rows(folder: str) -> tuple[dict, list[str]]:

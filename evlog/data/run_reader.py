@@ -93,7 +93,11 @@ class RunFolder:
         for name in sorted(names):
             m = _FILE.match(name)
             if m and name not in self.files:
-                self.files[name] = _File(os.path.join(self.path, name), m.group(1), bool(m.group(2)))
+                f = self.files[name] = _File(os.path.join(self.path, name), m.group(1), bool(m.group(2)))
+                try:
+                    f.size = os.stat(f.path).st_size  # bytes_total from the start, before it is read
+                except OSError:
+                    pass
 
     def _problem(self, text: str) -> None:
         self.problem_count += 1
@@ -135,7 +139,7 @@ class RunFolder:
             self._problem(f"{f.path}: cannot read: {e.strerror or e}")
             return []
         if f.gz:
-            text, used, more = self._members(f, data, at_end=f.offset + len(data) >= size)
+            text, used, more = self._members(f, data, f.offset + len(data) >= size, max_bytes)
             if not used and more:  # one member longer than a chunk: read it whole
                 return self._read(f, max_bytes * 4)
             f.offset += used
@@ -156,13 +160,13 @@ class RunFolder:
         f.offset += end + 1
         return self._lines(f, data[:end])
 
-    def _members(self, f: _File, data: bytes, at_end: bool) -> tuple[bytes, int, bool]:
-        """(what the whole gzip members at the start of ``data`` hold, the bytes they take, whether a
-        member goes on past ``data`` and more of the file is there). A corrupt member is reported and
-        skipped: reading resumes at the next gzip header after it."""
+    def _members(self, f: _File, data: bytes, at_end: bool, limit: int) -> tuple[bytes, int, bool]:
+        """(what the whole gzip members at the start of ``data`` hold, up to about ``limit`` bytes of it, the
+        bytes they take, whether a member goes on past ``data`` and more of the file is there). A corrupt
+        member is reported and skipped: reading resumes at the next gzip header after it."""
         out: list[bytes] = []
-        pos = 0
-        while pos < len(data):
+        pos = held = 0
+        while pos < len(data) and held < limit:
             if data[pos:pos + 3] != _GZIP_MAGIC[:len(data) - pos]:
                 pos = self._resync(f, data, pos, "not a gzip member", at_end)
                 continue
@@ -176,6 +180,7 @@ class RunFolder:
                 return b"".join(out), pos, not at_end and pos == 0
             f.skipping = False
             out.append(chunk)
+            held += len(chunk)
             pos = len(data) - len(d.unused_data)
         return b"".join(out), pos, False
 

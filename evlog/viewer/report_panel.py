@@ -72,7 +72,8 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     """The span rows without those of the Dask computations that are not whole yet, and why each left-out
     one is not ({reason: computations}).
 
-    A computation is whole when its client call's ``dask.compute`` span is there; every task of it has
+    A computation is whole when its client call's ``dask.compute`` span is there (when the run has any:
+    a run whose clients ran without evlog has none, and its computations are its traces); every task of it has
     its scheduler span (when the run has any) and, if it was sent to a worker and ended in memory, its
     execution (when the run has any); every dependency of its tasks is a task stored; and it has as many
     results as the call asked for (``dask.task.count``: the keys of a map or submit, the outputs of a
@@ -81,6 +82,7 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     comps = build(spans)
     if not comps:
         return spans, {}
+    has_call = any(c.span is not None for c in comps)
     has_sched = any(t.span is not None for c in comps for t in c.tasks.values())
     has_exec = any(t.executions for c in comps for t in c.tasks.values())
     known = {k for c in comps for k in c.tasks}
@@ -88,7 +90,7 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     drop: set[int] = set()
     dropped_keys: set[str] = set()
     for c in comps:
-        why = _not_whole(c, known, has_sched, has_exec)
+        why = _not_whole(c, known, has_call, has_sched, has_exec)
         if why is None:
             continue
         left[why] = left.get(why, 0) + 1
@@ -108,9 +110,9 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     return [r for r in spans if id(r) not in drop], left
 
 
-def _not_whole(c: Any, known: set, has_sched: bool, has_exec: bool) -> str | None:
+def _not_whole(c: Any, known: set, has_call: bool, has_sched: bool, has_exec: bool) -> str | None:
     """Why the computation is not whole yet (a short phrase), or None when it is."""
-    if c.span is None:
+    if c.span is None and has_call:
         return "its client call's span is not stored yet"
     needed: set[str] = set()
     for t in c.tasks.values():
@@ -121,7 +123,7 @@ def _not_whole(c: Any, known: set, has_sched: bool, has_exec: bool) -> str | Non
         needed.update(t.deps)
     if needed - known:
         return "dependencies not stored yet"
-    count = c.span["attributes"].get("dask.task.count")
+    count = c.span["attributes"].get("dask.task.count") if c.span is not None else None
     if isinstance(count, int) and not isinstance(count, bool):
         results = len(c.tasks) if c.method in ("map", "submit", "graph") else len(set(c.tasks) - needed)
         if results < count:

@@ -253,16 +253,10 @@ class Queries:
                    process: int | None = None, worker: str | None = None) -> list[tuple]:
         """(id, start, end, worker, thread, process, prefix, status_code, task_key, name) of spans
         overlapping [t0, t1]; cat None means every span."""
-        where, args = [], []
+        where, args = _overlapping(t0, t1)
         if cat is not None:
             where.append("cat = ?")
             args.append(cat)
-        if t1 is not None:
-            where.append("start <= ?")
-            args.append(t1)
-        if t0 is not None:
-            where.append("end >= ?")
-            args.append(t0)
         if process is not None:
             where.append("process = ?")
             args.append(process)
@@ -281,13 +275,9 @@ class Queries:
         """(id, start, end, destination worker, source worker, bytes, status_code, task_key) of the
         ``dask.transfer`` spans overlapping [t0, t1], by start: a worker fetching data from another
         (its span is the fetching worker's; the source is an attribute)."""
-        where, args = ["cat = ?", "name = 'dask.transfer'"], [CAT_OTHER]
-        if t1 is not None:
-            where.append("start <= ?")
-            args.append(t1)
-        if t0 is not None:
-            where.append("end >= ?")
-            args.append(t0)
+        where, args = _overlapping(t0, t1)
+        where += ["cat = ?", "name = 'dask.transfer'"]
+        args.append(CAT_OTHER)
         rows = self._q(
             f"SELECT id, start, end, worker, {_attr('attributes', 'dask.transfer.source')}, "
             f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, req, idx FROM spans "
@@ -364,6 +354,18 @@ class Queries:
         return self._q(
             f"SELECT process, ? + ((time - ?) / ?) * ? AS t, avg({value}) FROM points WHERE name = ? "
             "GROUP BY process, t ORDER BY t", (lo, lo, width, width, name)), True
+
+
+def _overlapping(t0: int | None, t1: int | None) -> tuple[list[str], list]:
+    """The WHERE terms and arguments of spans overlapping [t0, t1] (either end None: open)."""
+    where, args = [], []
+    if t1 is not None:
+        where.append("start <= ?")
+        args.append(t1)
+    if t0 is not None:
+        where.append("end >= ?")
+        args.append(t0)
+    return where, args
 
 
 _LET_GO = ("released", "forgotten")  # the states of a life that only let its result go (a second life)
