@@ -522,6 +522,23 @@ def test_a_lanes_ink_is_its_busy_fraction_at_every_zoom(idle_run, browser, tmp_p
     no_exceptions(browser)
 
 
+def test_a_band_above_the_lanes_moves_them_down_and_clicks_follow(idle_run, browser):
+    """gantt.addBand: a layer drawn above the lanes on the Gantt's time axis (what Dask's spans or fine
+    performance metrics can be drawn in); the lanes, their labels and the bars' hit tests move with it."""
+    _folder, url = idle_run
+    open_page(browser, url)
+    before = browser.js("EV.gantt.laneY(0)")
+    browser.js("EV.gantt.addBand({id: 'test', height: () => 40, draw: (g, G, top, h) => { window.bandDrawn = [top, h, G.plotLeft, "
+               "G.plotWidth]; g.fillStyle = '#000'; g.fillRect(G.x(G.data.t0), top, 5, h); }})")
+    assert browser.js("window.bandDrawn") == [0, 40, browser.js("EV.gantt.plotLeft"), browser.js("EV.gantt.plotWidth")]
+    assert browser.js("EV.gantt.laneY(0)") == before + 40
+    click_bar(browser, "EV.gantt.data.prefixes[b[3]] === 'tick'")
+    browser.wait_js("document.getElementById('task-key').textContent.startsWith('tick-')", what="a tick's story")
+    browser.js("EV.gantt.addBand({id: 'test', height: () => 0, draw: () => {}})")
+    assert browser.js("EV.gantt.laneY(0)") == before
+    no_exceptions(browser)
+
+
 def test_transfers_have_a_lane_per_worker_coloured_by_direction(idle_run, browser):
     from helpers import read_run_folder
 
