@@ -34,8 +34,9 @@
   /** While `evlog view` reads a run folder: how far it has come (the panels show what is read so far,
       the report waits for the whole); while rows wait to be stored (a live run, `evlog serve`): how many. */
   function showLoading(st) {
-    var l = st.loading, box = $("loading"), text = "";
+    var l = st.loading, box = $("loading"), text = "", was = EV.loadingNow;
     EV.loadingNow = !!(l && l.state === "loading");
+    if (was && !EV.loadingNow) EV.refreshReport().catch(failed("report"));  // the whole folder: its report now
     if (EV.loadingNow) text = "Reading the run folder: " + EV.loadingText(l) + "; the panels show what is read so far.";
     else if (st.pending_rows > 0) text = "Storing " + EV.num(st.pending_rows) + " rows received; the panels show what is stored so far.";
     box.hidden = !text; box.textContent = text;
