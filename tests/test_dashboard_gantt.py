@@ -704,7 +704,7 @@ if __name__ == "__main__":
 
 
 def test_the_report_panel_of_a_run_cut_short_analyses_whole_computations_only(tmp_path):
-    """The traces of a run of six client calls, cut at several points (as a run still going, or a folder
+    """The traces of a run of six client calls, cut at nine points (as a run still going, or a folder
     read in part, is): the panel's computations are the whole ones, each with all its tasks, and the
     panel says how many it left out; a cut never shows a start of 0 (the epoch)."""
     from evlog.data.run_reader import RunFolder
@@ -721,7 +721,7 @@ def test_the_report_panel_of_a_run_cut_short_analyses_whole_computations_only(tm
     with open(os.path.join(full, name), "rb") as f:
         lines = f.readlines()
     seen_partial = False
-    for share in (0.2, 0.4, 0.6, 0.8):
+    for share in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
         cut = tmp_path / f"cut{share}"
         cut.mkdir()
         for n in os.listdir(full):

@@ -112,7 +112,8 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
 
 def _not_whole(c: Any, known: set, has_sched: bool, has_exec: bool) -> str | None:
     """Why the computation is not whole yet (a short phrase), or None when it is."""
-    if c.span is None and any(t.span is not None and t.span["parent_span_id"] for t in c.tasks.values()):
+    if c.span is None and any(r["parent_span_id"] for t in c.tasks.values()
+                              for r in ([t.span] if t.span is not None else []) + [e.row for e in t.executions]):
         return "its client call's span is not stored yet"  # its tasks have a parent: the call, or its batch
     needed: set[str] = set()
     for t in c.tasks.values():
