@@ -73,8 +73,8 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     one is not ({reason: computations}).
 
     A computation is whole when its client call's ``dask.compute`` span is there (when its tasks' spans
-    have a parent: a client's call span arrives when its process exports, often after its tasks' spans; tasks
-    recorded without any call are a computation per trace); every task of it has
+    name a parent not stored: a client's call span arrives when its process exports, often after its
+    tasks' spans; tasks recorded without any call are a computation per trace); every task of it has
     its scheduler span (when the run has any) and, if it was sent to a worker and ended in memory, its
     execution (when the run has any); every dependency of its tasks is a task stored; and it has as many
     results as the call asked for (``dask.task.count``: the keys of a map or submit, the outputs of a
@@ -86,11 +86,12 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     has_sched = any(t.span is not None for c in comps for t in c.tasks.values())
     has_exec = any(t.executions for c in comps for t in c.tasks.values())
     known = {k for c in comps for k in c.tasks}
+    stored = {r["span_id"] for r in spans}
     left: dict[str, int] = {}
     drop: set[int] = set()
     dropped_keys: set[str] = set()
     for c in comps:
-        why = _not_whole(c, known, has_sched, has_exec)
+        why = _not_whole(c, known, stored, has_sched, has_exec)
         if why is None:
             continue
         left[why] = left.get(why, 0) + 1
@@ -110,11 +111,12 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     return [r for r in spans if id(r) not in drop], left
 
 
-def _not_whole(c: Any, known: set, has_sched: bool, has_exec: bool) -> str | None:
-    """Why the computation is not whole yet (a short phrase), or None when it is."""
-    if c.span is None and any(r["parent_span_id"] for t in c.tasks.values()
+def _not_whole(c: Any, known: set, stored: set, has_sched: bool, has_exec: bool) -> str | None:
+    """Why the computation is not whole yet (a short phrase), or None when it is. ``known``: the task keys
+    stored; ``stored``: the span ids."""
+    if c.span is None and any(r["parent_span_id"] and r["parent_span_id"] not in stored for t in c.tasks.values()
                               for r in ([t.span] if t.span is not None else []) + [e.row for e in t.executions]):
-        return "its client call's span is not stored yet"  # its tasks have a parent: the call, or its batch
+        return "its client call's span is not stored yet"  # its tasks' parent: the call, or its batch
     needed: set[str] = set()
     for t in c.tasks.values():
         if has_sched and t.span is None:
