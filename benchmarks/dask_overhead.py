@@ -17,6 +17,7 @@ encoding, export) is counted. Goal: at least 0.97 of plain throughput.
     python benchmarks/dask_overhead.py --quick    # 1,000 tasks per round, 4 pairs
     python benchmarks/dask_overhead.py --env EVLOG_CONSUMERS=none   # a variable for the evlog app
     python benchmarks/dask_overhead.py --separate  # `dask scheduler` and 2 `dask worker` processes
+    python benchmarks/dask_overhead.py --spans     # each round in distributed.span("bench", "round-N"), both apps
 
 evlog's exporter process (which builds and exports the scheduler's task spans) belongs to the evlog app's
 process group, so it is frozen with it; its CPU is reported on a line of its own and added to the
@@ -42,7 +43,7 @@ PY = sys.executable
 
 APP = textwrap.dedent('''
     import contextlib, json, os, subprocess, sys, tempfile, time
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, span
 
     def inc(x):
         return x + 1
@@ -85,7 +86,7 @@ APP = textwrap.dedent('''
             yield client
 
     if __name__ == "__main__":
-        sched = sys.argv[1:] == ["separate"]
+        sched, spans = "separate" in sys.argv[1:], "spans" in sys.argv[1:]
         with (separate() if sched else local()) as client:
             client.gather(client.map(inc, range(200), key=[f"warm-{i}" for i in range(200)]))
             print("ready", flush=True)
@@ -96,8 +97,9 @@ APP = textwrap.dedent('''
                 w0, m0 = client.run(cpu), time.process_time()
                 s0 = client.run_on_scheduler(cpu) if sched else 0
                 t = time.perf_counter()
-                fs = client.map(inc, range(n), key=[f"inc-{r}-{i}" for i in range(n)])
-                client.gather(fs)
+                with (span("bench", f"round-{r}") if spans else contextlib.nullcontext()):
+                    fs = client.map(inc, range(n), key=[f"inc-{r}-{i}" for i in range(n)])
+                    client.gather(fs)
                 wall = time.perf_counter() - t
                 del fs
                 client.run(flush)
@@ -248,6 +250,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=0)
     ap.add_argument("--pairs", type=int, default=0)
     ap.add_argument("--separate", action="store_true", help="`dask scheduler` + 2 `dask worker` processes")
+    ap.add_argument("--spans", action="store_true", help="each round inside distributed.span(\"bench\", \"round-N\")")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra variable for the evlog app (e.g. EVLOG_DASK_TRANSITIONS=false)")
     args = ap.parse_args()
@@ -262,7 +265,7 @@ def main() -> None:
     endpoint = f"http://127.0.0.1:{receiver.port}"
     rows = {"plain": [], "evlog": []}
     with open(os.path.join(tmp, "apps.log"), "w") as log:
-        app_args = ("separate",) if args.separate else ()
+        app_args = (("separate",) if args.separate else ()) + (("spans",) if args.spans else ())
         apps = {"plain": App(app, False, endpoint, log, args=app_args),
                 "evlog": App(app, True, endpoint, log, extra, app_args)}
         exporter_cpu = [apps["evlog"].exporter_cpu()]
@@ -301,8 +304,9 @@ def main() -> None:
               f"in the `dask scheduler` process)")
     expected = n * pairs + 200
     tasks, execs = arrived["spans"].get("dask.task", 0), arrived["spans"].get("dask.execute", 0)
+    dask_spans = f", {arrived['spans'].get('dask.span', 0)} dask.span spans" if args.spans else ""
     print(f"dask_overhead.proof: the evlog app delivered {tasks} dask.task and {execs} dask.execute spans for "
-          f"{expected} tasks, and {arrived['logs']} events")
+          f"{expected} tasks{dask_spans}, and {arrived['logs']} events")
     if tasks < expected or execs < expected:
         print(f"# warning: fewer spans than tasks arrived ({tasks}, {execs} < {expected})")
 

@@ -419,6 +419,7 @@ def resolve_exporters(env: Mapping[str, str], problems: list[str]) -> Exporters:
         return Exporters(endpoint=None)
 
     protocol = {}
+    as_json = []  # signals asked for http/json
     general_proto = env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip().lower()
     if general_proto and general_proto not in PROTOCOLS:
         problems.append(f"OTEL_EXPORTER_OTLP_PROTOCOL={general_proto!r} is not one of {', '.join(PROTOCOLS)}; ignoring it")
@@ -436,9 +437,11 @@ def resolve_exporters(env: Mapping[str, str], problems: list[str]) -> Exporters:
             # Python's OTLP default is gRPC; an endpoint on the HTTP port says otherwise.
             p = "http/protobuf" if _port(ep) == 4318 or "/v1/" in ep else "grpc"
         if p == "http/json":
-            problems.append(f"OTLP protocol http/json is not supported by the Python exporters for {s}; using http/protobuf")
+            as_json.append(s)
             p = "http/protobuf"
         protocol[s] = p
+    if as_json:
+        problems.append(http_json_unsupported(as_json))
 
     kinds = {}
     for s in SIGNALS:
@@ -449,6 +452,13 @@ def resolve_exporters(env: Mapping[str, str], problems: list[str]) -> Exporters:
         kinds[s] = names
     ep = endpoints.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or endpoints.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     return Exporters(embedded=False, protocol=protocol, endpoint=ep, **kinds)
+
+
+def http_json_unsupported(signals: list[str]) -> str:
+    """The one message for every signal asked to export OTLP as http/json."""
+    signals = sorted(signals, key=("traces", "logs", "metrics").index)
+    named = ", ".join(signals[:-1]) + " and " + signals[-1] if len(signals) > 1 else signals[0]
+    return f"http/json is not supported by the Python OTLP exporters; using http/protobuf for {named}"
 
 
 def endpoint_problem(value: str) -> str | None:
@@ -493,14 +503,17 @@ def _read_yaml(env: Mapping[str, str], cwd: str | None, problems: list[str]):
         return {}, None, {}
     import yaml  # only when a file is there
 
+    node = None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}" if mark else path
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        problems.append(f"{where}: malformed YAML ({problem}); using defaults")
+        line, problem = _yaml_fault(text, exc)
+        problems.append(f"{path}{f', line {line}' if line else ''}: malformed YAML ({problem}); using defaults")
+        return {}, path, {}
+    except Exception as exc:  # a value its tag cannot make (`!!int x`): named by its key's line
+        line = _unconstructible_line(node)
+        problems.append(f"{path}{f', line {line}' if line else ''}: a value YAML cannot make ({exc}); using defaults")
         return {}, path, {}
     if data is None:
         return {}, path, {}
@@ -523,6 +536,70 @@ def _read_yaml(env: Mapping[str, str], cwd: str | None, problems: list[str]):
             _unknown_keys({key: value}, tuple(_KEYS.values()), f"{where}: ", problems)
             extra[k] = value
     return values, path, extra
+
+
+_OPENED = ("flow sequence", "flow mapping", "quoted scalar", "simple key")  # opened by a bracket, a quote, a key
+
+
+def _yaml_fault(text: str, exc) -> tuple[int | None, str]:
+    """(line of the fault, 1-based, or None; what is wrong) for PyYAML's error on ``text``.
+
+    PyYAML marks where it noticed the problem (0-based), which is often past the fault: a bracket or
+    quote left open is noticed at the next line or the end of the file (its ``context_mark`` is where it
+    opened), and a key missing its ':' runs on into the next line, where that line's ':' is refused.
+    """
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    if mark is None:
+        return None, problem
+    line = mark.line + 1
+    ended = mark.index >= len(text.rstrip())
+    problem = problem.replace("'<stream end>'", "the end of the file").replace("end of stream", "end of the file")
+    context, opened = getattr(exc, "context", None) or "", getattr(exc, "context_mark", None)
+    if opened is not None and opened.line < mark.line and any(o in context for o in _OPENED):
+        what = re.sub(r"^while (parsing|scanning) an? ", "", context)
+        at = "" if ended else f" on line {line}"
+        return opened.line + 1, f"{problem}{at}, in the {what} that starts here"
+    if ended:  # the text ran out: the fault is in its last line
+        return len(text.rstrip().splitlines()) or 1, problem
+    start = _last_scalar_line(text)
+    if problem == "mapping values are not allowed here" and start is not None and start < mark.line:
+        return start + 1, (f"the ':' on line {line} follows text that starts here: is a ':' missing on this line, "
+                           f"or is line {line} indented too far?")
+    return line, problem
+
+
+def _last_scalar_line(text: str) -> int | None:
+    """The 0-based line where the last plain or quoted value PyYAML read before its error starts."""
+    import yaml
+
+    scanner = yaml.SafeLoader(text)
+    last = None
+    try:
+        while scanner.check_token():
+            token = scanner.get_token()
+            if isinstance(token, yaml.ScalarToken):
+                last = token
+    except Exception:  # the error being explained, or another: what was read stands
+        pass
+    for token in scanner.tokens:  # read ahead, not yet handed out
+        if isinstance(token, yaml.ScalarToken):
+            last = token
+    return None if last is None else last.start_mark.line
+
+
+def _unconstructible_line(node) -> int | None:
+    """The line of the first top-level key whose value PyYAML cannot construct, or None."""
+    import yaml
+
+    for key, value in getattr(node, "value", None) or ():
+        if not isinstance(key, yaml.Node) or not isinstance(value, yaml.Node):
+            continue
+        try:
+            yaml.SafeLoader("").construct_object(value, deep=True)
+        except Exception:
+            return key.start_mark.line + 1
+    return None
 
 
 def _unknown_keys(mapping: Mapping, known: tuple[str, ...], where: str, problems: list[str]) -> None:

@@ -48,6 +48,25 @@ def run_instrumented(code: str | list[str], env: dict | None = None, timeout: fl
     return proc
 
 
+def start_instrumented(cmd: list[str], env: dict, log) -> subprocess.Popen:
+    """Start ``cmd`` (e.g. a `dask scheduler`) under evlog-instrument in a session of its own, its output to ``log``."""
+    return subprocess.Popen([PYTHON, "-m", "evlog.launcher"] + cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop_processes(procs: list, timeout: float = 30) -> None:
+    """SIGTERM each (a launcher passes it on), then wait; a session still there after ``timeout`` is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
 def without_run_folder_notice(err: str) -> str:
     """stderr without the line evlog.configure() prints to say where its run folder is."""
     return "".join(line for line in err.splitlines(True)

@@ -153,10 +153,30 @@ def test_sdk_numbers_fall_back_to_their_default_one_message_each():
     assert n["OTEL_BSP_EXPORT_TIMEOUT"] == 2500, "a good value is the user's"
 
 
-def test_malformed_yaml_names_the_file_and_line(tmp_path):
-    (tmp_path / "evlog.yaml").write_text("capture: enabled\nconsumers: [wsat\n")
+@pytest.mark.parametrize("text, line", [
+    ("capture: [enabled\n", 1),  # PyYAML notices the open bracket at the end of the file, line 2
+    ("capture: 'enabled\n", 1),
+    ("capture enabled\nconsumers: [wsat]\n", 1),  # the key's missing ':' is noticed at line 2's ':'
+    ("capture: enabled: yes\n", 1),
+    ("capture: enabled\nconsumers: [wsat\n", 2),
+    ("capture: enabled\nconsumers: [wsat\nredact: x\n", 2),
+    ("capture: enabled\nconsumers enabled\nredact: x\n", 2),
+    ("capture: enabled\nconsumers: wsat\n\tredact: x\n", 3),
+    ("- enabled\ncapture: enabled\n", 2),
+])
+def test_malformed_yaml_names_the_file_and_the_line_of_the_fault(tmp_path, text, line):
+    (tmp_path / "evlog.yaml").write_text(text)
     s = config.load({}, cwd=str(tmp_path))
-    assert len(s.problems) == 1 and "evlog.yaml, line" in s.problems[0] and "malformed YAML" in s.problems[0]
+    assert len(s.problems) == 1 and s.problems[0].startswith(f"{tmp_path / 'evlog.yaml'}, line {line}: malformed YAML ("), \
+        s.problems
+    assert s.capture == "metadata"
+
+
+def test_a_yaml_value_its_tag_cannot_make_is_named_by_its_line(tmp_path):
+    (tmp_path / "evlog.yaml").write_text("capture: enabled\nconsumers: !!int wsat\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.problems == (f"{tmp_path / 'evlog.yaml'}, line 2: a value YAML cannot make (invalid literal for int() "
+                          "with base 10: 'wsat'); using defaults",)
     assert s.capture == "metadata"
 
 

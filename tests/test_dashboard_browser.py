@@ -337,6 +337,26 @@ def test_the_page_asks_for_the_token(tmp_path, browser):
         _stop(proc)
 
 
+def test_the_page_takes_the_token_once_from_its_url(tmp_path, browser):
+    """``/?token=`` signs the browser in (an HttpOnly cookie) and leaves the address bar without the token."""
+    from synthetic_run import make_run
+    from test_cli import _start_view, _stop
+
+    folder = str(tmp_path / "run")
+    make_run(folder, n_tasks=20)
+    proc, url = _start_view(folder, "--token", "open-sesame")
+    try:
+        browser.goto(url + "?token=open-sesame")
+        browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", what="the dashboard by the cookie")
+        browser.wait_js("document.getElementById('status').textContent === 'live'", what="live updates by the cookie")
+        assert browser.js("location.href") == url
+        assert browser.js("document.getElementById('token-dialog').hidden")
+        assert browser.js("document.cookie") == ""  # HttpOnly: the page's scripts never see it
+        assert browser.js("sessionStorage.getItem('evlog-token')") is None
+    finally:
+        _stop(proc)
+
+
 def send_spans(serve, n: int, run: str = "") -> None:
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,8 @@ import time
 import pytest
 
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import start_instrumented as _start
+from helpers import stop_processes as _stop
 from receiver import CollectingReceiver
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -289,23 +290,6 @@ if __name__ == "__main__":
         xs = [dask.delayed(inc)(i, dask_key_name=f"pinc-{i}") for i in range(2)]
         print(json.dumps({"result": dask.delayed(sum)(xs, dask_key_name="psum").compute()}))
 '''
-
-
-def _start(cmd, env, log):
-    return subprocess.Popen([PYTHON, "-m", "evlog.launcher"] + cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _stop(procs, timeout=30):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
 
 
 @pytest.fixture(scope="module")

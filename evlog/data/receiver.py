@@ -21,6 +21,10 @@ that is taken is a ``ListenError`` naming the transport and the address (``check
 before anything starts), never gRPC C-core's own lines. A client speaking gRPC (HTTP/2) to the HTTP port
 (an exporter given the HTTP port but no protocol) gets no aiohttp traceback per attempt: ``notice`` is
 told once what to set.
+With ``token``, every export must carry ``authorization: Bearer TOKEN`` (HTTP header or gRPC metadata),
+as the OpenTelemetry Collector's ``bearertokenauth`` asks: without it, or with another token, HTTP
+answers 401 and gRPC UNAUTHENTICATED before the body is decoded, so nothing reaches the sink. Each
+refusal is counted (``refused``); ``notice`` is told once per client address, never per request.
 ``fail_with(status)`` makes every export fail on purpose (a gRPC code name such as "UNAVAILABLE",
 or an HTTP status such as 503 or 429; each mapped to the other transport) until ``clear_failure()``,
 for fault-injection tests.
@@ -37,9 +41,11 @@ import re
 import socket
 import sys
 import threading
+import urllib.parse
 import zlib
 from typing import Any, Callable
 
+from evlog.data import bearer
 from evlog.data.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
 
 __all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY", "ListenError"]
@@ -50,6 +56,7 @@ _PROTOBUF = "application/x-protobuf"
 # a surrogate spelled as a JSON escape, or encoded in the bytes (json.loads lets both through)
 _SURROGATE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]").search
 _JSON = "application/json"
+_MAX_PEERS_TOLD = 1024  # client addresses told about a refusal; past them, refusals are only counted
 
 _SERVICES = {
     "traces": ("opentelemetry.proto.collector.trace.v1.TraceService", "rejected_spans"),
@@ -163,6 +170,18 @@ class _ServerLog(logging.LoggerAdapter):
                       f"{fix}OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port")
 
 
+_UNAUTHENTICATED = "this receiver takes exports with 'authorization: Bearer <token>' only"
+
+
+def _grpc_peer(peer: str) -> str:
+    """The client's address of a gRPC peer string ("ipv4:10.0.0.5:51234" -> "10.0.0.5"), without its port:
+    a client opens a new port per connection, and is told about once."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return urllib.parse.unquote(rest.rpartition(":")[0]).strip("[]") or peer
+    return peer
+
+
 def _stderr(text: str) -> None:
     sys.stderr.write(f"evlog: {text}\n")
     sys.stderr.flush()
@@ -184,6 +203,7 @@ class OTLPReceiver:
     ``decode_proto``: ``(signal, body) -> rows`` for protobuf bodies (default otlp_decode's); it raises
     DecodeError for a malformed body, and what it returns (anything with a length) goes to the sink.
     ``notice``: called with one line for the user about a client's mistake (default: stderr).
+    ``token``: the bearer token every export must carry; None takes exports from anyone who reaches the ports.
     """
 
     def __init__(
@@ -197,6 +217,7 @@ class OTLPReceiver:
         grpc_workers: int = 4,
         decode_proto: Callable[[str, bytes], Any] = decode_proto,
         notice: Callable[[str], Any] = _stderr,
+        token: str | None = None,
     ):
         self._sink = sink
         self._notice = notice
@@ -212,6 +233,9 @@ class OTLPReceiver:
         self._rejected = 0
         self._sink_errors = 0
         self._last_error = ""
+        self._token = token.encode() if token else None
+        self._refused = 0
+        self._refused_peers: set[str] = set()
         self._failure: tuple[int, str, str] | None = None
         self._failures_left: int | None = None
         self._responses = _response_classes()
@@ -256,6 +280,12 @@ class OTLPReceiver:
             return self._rejected
 
     @property
+    def refused(self) -> int:
+        """Exports turned away for want of the token (not counted in ``requests`` or ``rejected``)."""
+        with self._lock:
+            return self._refused
+
+    @property
     def sink_errors(self) -> int:
         """Requests whose rows the sink raised on."""
         with self._lock:
@@ -272,6 +302,7 @@ class OTLPReceiver:
             return {
                 "requests": dict(self._requests),
                 "rejected": self._rejected,
+                "refused": self._refused,
                 "sink_errors": self._sink_errors,
                 "last_error": self._last_error,
             }
@@ -375,6 +406,26 @@ class OTLPReceiver:
             self._rejected += 1
             self._last_error = message
 
+    def _authorized(self, transport: str, signal: str, authorization: str | None, peer: str) -> bool:
+        """Whether an export may come in; a refusal is counted, and said once per client address."""
+        if self._token is None:
+            return True
+        given = bearer.from_authorization(authorization)
+        if bearer.matches(given, self._token):
+            return True
+        with self._lock:
+            self._refused += 1
+            tell = peer not in self._refused_peers and len(self._refused_peers) < _MAX_PEERS_TOLD
+            if tell:
+                self._refused_peers.add(peer)
+        if tell:
+            why = ("without an authorization header" if not authorization else
+                   "with a wrong token" if given is not None else "with an authorization that is not 'Bearer <token>'")
+            self._notice(f"refused OTLP/{'gRPC' if transport == 'grpc' else 'HTTP'} {signal} from {peer} {why}; "
+                         f"a sender needs OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token> "
+                         f"(further refusals from {peer} are counted, not shown)")
+        return False
+
     def _deliver(self, signal: str, rows: list) -> tuple[int, str]:
         """Hand rows to the sink; returns (rows rejected, error message) for a partial success."""
         if not rows:
@@ -429,6 +480,10 @@ class OTLPReceiver:
         import grpc
 
         def export(body: bytes, context: Any) -> bytes:
+            if self._token is not None:
+                metadata = dict(context.invocation_metadata())
+                if not self._authorized("grpc", signal, metadata.get("authorization"), _grpc_peer(context.peer())):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
             self._count("grpc", signal)
             failure = self._take_failure()
             if failure is not None:
@@ -478,9 +533,13 @@ class OTLPReceiver:
     async def _http_export(self, signal: str, request: Any) -> Any:
         from aiohttp import web
 
-        self._count("http", signal)
         ctype = request.content_type
         fmt = "json" if ctype == _JSON else "proto"
+        if not self._authorized("http", signal, request.headers.get("Authorization"), request.remote or "unknown"):
+            resp = self._http_status(_Reject(401, "UNAUTHENTICATED", _UNAUTHENTICATED), fmt)
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="evlog"'
+            return resp
+        self._count("http", signal)
         try:
             if ctype not in (_PROTOBUF, _JSON):
                 raise _Reject(415, "INVALID_ARGUMENT",

@@ -54,13 +54,14 @@ class HostSamples:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+        from evlog import process_count
         from evlog.version import __version__
         from evlog.observed import sdk
 
         self.names = [n for n in NAMES if n in settings.consumers]
         self.metrics = metrics  # the exporter process's metrics pipeline
         attrs = {k: v for k, v in resource_attributes.items() if not k.startswith(_OF_ONE_PROCESS)}
-        attrs.update(sdk.process_attributes(), **{"evlog.process.role": "exporter"})
+        attrs.update(sdk.process_attributes(), **{process_count.ROLE: process_count.EXPORTER})
         self.resource = Resource(attrs)
         self.scope = InstrumentationScope("evlog.consumers", __version__)
 

@@ -47,6 +47,7 @@ def _builders(logs=None, metrics=None):
     from evlog.builders import console as console_logs
     from evlog.builders import dask_executions
     from evlog.builders import dask_lives
+    from evlog.builders import dask_readings
     from evlog.builders import pool_spans
 
     from evlog.builders import sdk_rebuild
@@ -56,6 +57,9 @@ def _builders(logs=None, metrics=None):
 
     def dask_worker(meta, resource):
         return dask_executions.Executions(resource)
+
+    def dask_vocabulary(meta, resource):  # Dask's own spans and fine performance metrics
+        return dask_readings.Readings(meta, resource, metrics)
 
     def pools(meta, resource):
         return pool_spans.PoolSpans(resource)
@@ -69,6 +73,7 @@ def _builders(logs=None, metrics=None):
         return profiles.ProfileLogs(meta, resource, _profiles_pipeline().add)
 
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
+            dask_readings.KIND: dask_vocabulary,
             console_logs.KIND: console, profiles.KIND: profile,
             sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
             sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),
@@ -222,6 +227,7 @@ class _Sink:
                 ok, n = False, self.inflight
             if ok:
                 stats.incr(f"{self.signal}.exported", n)
+                _note_processes(self.resources(batch))
                 self.failing = False
                 select.answered()
             else:
@@ -244,6 +250,12 @@ class _Sink:
             out.append(pending.popleft())
         return out
 
+    def resources(self, items) -> list:
+        """The resources of ``items`` (spans, log records: their own; metrics: their collections')."""
+        if self.signal == "metrics":
+            return [rm.resource for md, _n in items for rm in md.resource_metrics]
+        return [item.resource for item in items]
+
     def count(self, items) -> int:
         """Items (spans, log records, metric points) in ``items``."""
         if self.signal == "metrics":
@@ -252,6 +264,23 @@ class _Sink:
 
     def held(self) -> int:
         return self.count(self.pending) + self.count(self.retry or ()) + self.inflight
+
+
+_noted: dict = {}  # id -> the resources whose process is counted (kept, so an id is never reused)
+
+
+def _note_processes(resources: list) -> None:
+    """Count the processes whose telemetry was exported, each once (evlog.process_count: the summary)."""
+    from evlog import process_count, stats
+
+    for r in resources:
+        if id(r) not in _noted:
+            if len(_noted) >= 4096:  # a resource per process and change, usually: bounded all the same
+                _noted.clear()
+            _noted[id(r)] = r
+            key = process_count.stats_key(r.attributes)
+            if key not in stats.counters:
+                stats.incr(key)
 
 
 class Pipeline:

@@ -111,10 +111,11 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
     info = next((r for r in rows if r.get("info")), None)
     if info is None or not info.get("summary"):
         return ""
+    from evlog import process_count
+
     total: dict[str, int] = {}
-    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}  # not one of the program's
+    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}
     rows = [r for r in rows if not r.get("info") and "relay" not in r]  # the run's and the console relay's notes
-    pids = {r.get("pid") for r in rows} - exporters
     for r in rows:
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
@@ -124,10 +125,10 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
     points = total.get("metrics.exported", 0)
     dropped = sum(v for k, v in total.items() if k.endswith(".failed") or k.startswith("dropped."))
     console_dropped = total.get("console.dropped", 0)
-    n = len(pids)
+    processes = process_count.describe(*process_count.count_stats(total))  # those whose telemetry was exported
     text = (
         f"evlog: {spans:,} spans, {events:,} events and logs, {points:,} metric points "
-        f"from {n} process{'es' if n != 1 else ''} -> {info.get('where')}"
+        f"from {processes} -> {info.get('where')}"
     )
     if dropped:
         text += f"; {dropped:,} dropped (could not be exported)"
@@ -146,7 +147,9 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
 def view_command(run_dir: str) -> str:
     """The command that shows a run folder (with the viewer's install first, if it is missing)."""
     view = f"evlog view {_shell_path(run_dir)}"
-    return view if _viewer_installed() else f"python -m pip install 'evlog[view]' && {view}"
+    from evlog.version import DISTRIBUTION
+
+    return view if _viewer_installed() else f"python -m pip install '{DISTRIBUTION}[view]' && {view}"
 
 
 def _viewer_installed() -> bool:

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 
+from evlog.report import activity
 from evlog.report.analysis import analyse
 
 
@@ -19,8 +20,9 @@ class ReportError(Exception):
     """A clear message for the user (no such folder, not a database, cannot write the output)."""
 
 
-def load_folder(path: str) -> tuple[list, list, str]:
-    """(spans, logs, folder) of a run folder; its corrupt lines are reported on stderr and skipped."""
+def load_folder(path: str) -> tuple[list, list, str, list]:
+    """(spans, logs, folder, points) of a run folder (points: the metric points the report reads,
+    activity.METRICS); its corrupt lines are reported on stderr and skipped."""
     from evlog.data.run_reader import RunFolder, RunFolderError
 
     try:
@@ -29,22 +31,25 @@ def load_folder(path: str) -> tuple[list, list, str]:
         raise ReportError(str(e)) from None
     spans: list = []
     logs: list = []
+    points: list = []
     for signal, rows in rf.read_all():
         if signal == "traces":
             spans.extend(rows)
         elif signal == "logs":
             logs.extend(rows)
+        elif signal == "metrics":
+            points.extend(r for r in rows if r["name"] in activity.METRICS)
     for p in rf.problems:
         sys.stderr.write(f"evlog: {p}\n")
     if rf.problem_count > len(rf.problems):
         sys.stderr.write(f"evlog: ... and {rf.problem_count - len(rf.problems)} more problems in {rf.path}\n")
-    return spans, logs, rf.path
+    return spans, logs, rf.path, points
 
 
-def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
-    """(spans, logs, source) of one run of an `evlog serve` database (evlog.data.store.store_rows): ``run`` (an
+def load_db(path: str, run: str | None = None) -> tuple[list, list, str, list]:
+    """(spans, logs, source, points) of one run of an `evlog serve` database (evlog.data.store.store_rows): ``run`` (an
     evlog.run.id), else the newest, as the dashboard shows it; said on stderr when it holds several."""
-    from evlog.data.store import Store, StoreError, store_rows
+    from evlog.data.store import Store, StoreError, store_points, store_rows
 
     try:
         store = Store(path, create=False)
@@ -61,9 +66,10 @@ def load_db(path: str, run: str | None = None) -> tuple[list, list, str]:
                              "(--run ID for another)\n")
         scoped = store.scoped(run) if len(runs) > 1 else store
         spans, logs = store_rows(scoped)
+        points = store_points(scoped, activity.METRICS)
     finally:
         store.close()
-    return spans, logs, store.path + (f" (run {run})" if run is not None and len(runs) > 1 else "")
+    return spans, logs, store.path + (f" (run {run})" if run is not None and len(runs) > 1 else ""), points
 
 
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",
@@ -75,16 +81,18 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
     gc.disable()
     try:
         if db:
-            spans, logs, source = load_db(db, run)
+            spans, logs, source, points = load_db(db, run)
         else:
             try:
                 path = run_dir or newest_run(runs)
             except RunFolderError as e:
                 raise ReportError(str(e)) from None
-            spans, logs, source = load_folder(path)
+            spans, logs, source, points = load_folder(path)
         if not spans and not logs:
             raise ReportError(f"{source}: no spans or events to report on")
-        return analyse(spans, logs, source)
+        report = analyse(spans, logs, source)
+        activity.attach(report, spans, points)  # Dask's fine performance metrics and its spans
+        return report
     finally:
         if enabled:
             gc.enable()

@@ -8,7 +8,7 @@ import html
 import json
 from importlib import resources
 
-from evlog.report.render_text import _call, _d, _pct, _t
+from evlog.report.render_text import _call, _d, _pct, _t, _ts
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
@@ -128,22 +128,29 @@ def _computation(i: int, c: dict) -> str:
         out.append(_table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], rows,
                           "critical-path", [f'class="cp" data-key="{_e(r["key"])}"' for r in path], {0, 4, 5, 6, 7}))
     out.append(f'<div class="chart" data-comp="{i}"></div>')
-    out.append("<h3>Time by prefix (total / median per task)</h3>")
-    rows = [[p, f"{s['count']:,}", f"{_d(s['compute_s'])} / {_d(s['median_compute_s'])}",
-             f"{_d(s['transfer_s'])} / {_d(s['median_transfer_s'])}", f"{_d(s['queued_s'])} / {_d(s['median_queued_s'])}",
-             f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}" if s["erred"] or s["retried"] else "-"]
+    out.append("<h3>Time by prefix (sums in task-seconds; queued per task)</h3>")
+    rows = [[p, f"{s['count']:,}", f"{_ts(s['compute_s'])} / {_d(s['median_compute_s'])}",
+             f"{_ts(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
+             f"{_d(s['median_queued_s'])} / {_d(s.get('p95_queued_s'))}",
+             f"{s['erred']} erred, {s['retried']} retried, {_ts(s['erred_s'])}" if s["erred"] or s["retried"] else "-"]
             for p, s in c["prefixes"].items()]
-    out.append(_table(["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"], rows, "prefixes",
-                      numeric={1}))
+    out.append(_table(["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
+                       "erred/retried"], rows, "prefixes", numeric={1}))
     out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("<h3>Stragglers</h3>")
         for s in c["stragglers"]:
             out.append(f'<details class="straggler" data-key="{_e(s["key"])}"><summary><b>{_e(s["key"])}</b> '
                        f"{_d(s['compute_s'])}, {s['ratio']}x the median {_d(s['median_s'])}, on {_e(s['worker'])} "
                        f"{_e(s['thread'])}</summary>{_story(s.get('story') or [])}</details>")
-    if c["failures"]:
-        out.append("<h3>Failures</h3>")
+    if c["failures"] or c.get("retries"):
+        out.append("<h3>Failures and retries</h3>")
+        for x in c.get("retries") or []:
+            if x["succeeded"]:
+                out.append(f'<details class="retry" data-key="{_e(x["key"])}"><summary><b>{_e(x["key"])}</b> '
+                           f"{_e(x['exception'])} (failed {x['failed']} of {x['attempts']} attempts, then succeeded; "
+                           f"first on {_e(x['worker'] or '?')})</summary>{_story(x.get('story') or [])}</details>")
         for f in c["failures"]:
             what = f"{f['exception']}: {f['message']}" if f["exception"] else f["message"]
             out.append(f'<details class="failure" data-key="{_e(f["key"])}" open><summary><b>{_e(f["key"])}</b> '
@@ -188,6 +195,7 @@ def render_html(rep: dict) -> str:
         parts.append('<section id="workers"><h2>Workers</h2>' + _table(
             ["worker", "tasks", "threads", "busy", "utilisation", "idle", "longest idle", "transfer in"], rows,
             "workers", numeric={1, 2, 3, 4, 5}) + "</section>")
+    parts += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         rows = [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]), f["erred"]]
@@ -236,3 +244,31 @@ def _profiles(groups: dict) -> list[str]:
                        f'{_d(prof["seconds"])} sampled; top {min(SHOWN, len(prof["top"]))} by self time)</span></h4>')
             out.append(_table(["function", "where", "self", "total"], rows(prof), "profile", numeric={2, 3}))
     return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    if not lines:
+        return []
+    return ["<h3>Where the task time went <span class=\"muted\">(Dask's fine performance metrics)</span></h3>",
+            '<ul class="activity">' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>"]
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    if not spans:
+        return []
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return ['<section id="dask-spans"><h2>Dask spans <span class="muted">(distributed.span; a span\'s figures '
+            "include its sub-spans')</span></h2>"
+            + _table(["span", "start (UTC)", "wall", "task time", "where it went"], rows, "dask-spans", numeric={2, 3})
+            + "</section>"]

@@ -31,6 +31,11 @@ def _call(x: dict) -> str:
     return f"{name} of " if name else ""
 
 
+def _ts(s: float | None) -> str:
+    """A sum over tasks: task-seconds, never shown as if it were wall time."""
+    return "-" if not s else f"{s:.3f} task-s" if s >= 1 else _d(s)
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -73,24 +78,30 @@ def _computation(c: dict) -> list[str]:
             rows.append([str(i), key, r["prefix"], r["worker"] or "-", rel, _d(r["queued_s"]),
                          _d(r["transfer_s"]), _d(r["compute_s"]) + (" (erred)" if r["erred"] else "")])
         out += _table(rows)
-    out.append("Time by prefix (total / median per task):")
-    rows = [["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"]]
+    out.append("Time by prefix (sums in task-seconds; queued per task):")
+    rows = [["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
+             "erred/retried"]]
     for p, s in c["prefixes"].items():
-        rows.append([p, f"{s['count']:,}", f"{_d(s['compute_s'])} / {_d(s['median_compute_s'])}",
-                     f"{_d(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
-                     f"{_d(s['queued_s'])} / {_d(s['median_queued_s'])}",
-                     f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}"
+        rows.append([p, f"{s['count']:,}", f"{_ts(s['compute_s'])} / {_d(s['median_compute_s'])}",
+                     f"{_ts(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
+                     f"{_d(s['median_queued_s'])} / {_d(s.get('p95_queued_s'))}",
+                     f"{s['erred']} erred, {s['retried']} retried, {_ts(s['erred_s'])}"
                      if s["erred"] or s["retried"] else "-"])
     out += _table(rows)
     out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
         for s in c["stragglers"]:
             out.append(f"  {s['key']}  {_d(s['compute_s'])}, {s['ratio']}x the median {_d(s['median_s'])}, "
                        f"on {s['worker']} {s['thread']}".rstrip())
             out += _story(s.get("story") or [], STORY_LINES)
-    if c["failures"]:
-        out.append("Failures:")
+    if c["failures"] or c.get("retries"):
+        out.append("Failures and retries:")
+        for x in c.get("retries") or []:
+            if x["succeeded"]:
+                out.append(f"  {x['key']}  {x['exception']}  (failed {x['failed']} of {x['attempts']} attempts, "
+                           f"then succeeded; first on {x['worker'] or '?'}, {_t(x['time'])} UTC)")
         for f in c["failures"]:
             what = f"{f['exception']}: {f['message']}" if f["exception"] else f["message"]
             out.append(f"  {f['key']}  {what}  (on {f['worker'] or '?'}, {_t(f['time'])} UTC)")
@@ -143,6 +154,7 @@ def render_text(rep: dict) -> str:
                         "idle", "longest idle", "transfer in"], rows)
         if rep["most_transfer"]:
             out.append(f"  most transfer time: {rep['most_transfer']['worker']} ({_d(rep['most_transfer']['transfer_s'])})")
+    out += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
@@ -187,3 +199,24 @@ def _profiles(groups: dict) -> list[str]:
                        f"top {min(SHOWN, len(prof['top']))} by self time):")
             out += _table([["function", "where", "self", "total"]] + rows(prof))
     return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    return ["Where the task time went (Dask's fine performance metrics):"] + [f"  {x}" for x in lines] if lines else []
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return _section("Dask spans (distributed.span; a span's figures include its sub-spans'):",
+                    ["span", "start", "wall", "task time", "where it went"], rows) if rows else []

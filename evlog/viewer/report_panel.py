@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from evlog.data.jsonsafe import finite
-from evlog.data.store import store_rows
+from evlog.data.store import store_points, store_rows
+from evlog.report import activity
 from evlog.report.analysis import analyse
-from evlog.report.model import Task, after_result, build
+from evlog.report.model import build
 
 _CHUNK = 500  # keys per SQL IN (...)
 
@@ -90,9 +91,11 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
     left: dict[str, int] = {}
     drop: set[int] = set()
     dropped_keys: set[str] = set()
+    kept: set[int] = set()  # the lives that stand for a key in a whole computation
     for c in comps:
         why = _not_whole(c, known, stored, has_sched, has_exec)
         if why is None:
+            kept.update(id(t.span) for t in c.tasks.values() if t.span is not None)
             continue
         left[why] = left.get(why, 0) + 1
         rows = [c.span] + c.transfers
@@ -103,10 +106,9 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int]]:
         drop.update(id(r) for r in rows if r is not None)
     if not drop:
         return spans, {}
-    for r in spans:  # the later lives of its keys (results let go) would stand for them otherwise
-        if r["name"].startswith("dask.task") and id(r) not in drop:
-            key = str(r["attributes"].get("dask.task.key") or "")
-            if key in dropped_keys and after_result(Task(key, "", r)):
+    for r in spans:  # its keys' other lives (results let go later, attempts before) would stand for them
+        if r["name"].startswith("dask.task") and id(r) not in drop and id(r) not in kept:
+            if str(r["attributes"].get("dask.task.key") or "") in dropped_keys:
                 drop.add(id(r))
     return [r for r in spans if id(r) not in drop], left
 
@@ -150,6 +152,7 @@ def dashboard_report(store: Any, source: str = "", loading: dict | None = None) 
     try:
         spans, left = whole_computations(spans)
         rep = analyse(spans, logs, source)
+        activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
     except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
         return {**empty, "error": f"the report could not be made from this data: {e!r}"}
     for c in rep["computations"]:  # no start: no wall time either (never the time since 1970)

@@ -1,5 +1,13 @@
 """The dashboard: an aiohttp app (page, JSON API, server-sent live updates, token check) over a Store.
 
+With a token, the API answers a request that carries it: an ``Authorization: Bearer`` header (the page
+sends one once it has asked for the token), ``?token=``, or the session cookie. The page itself
+opened as ``/?token=TOKEN`` sets that cookie (HttpOnly, SameSite=Strict) and redirects to the URL
+without the token, so the secret stays out of the browser's history and any proxy's log; an API
+answer to a request with the header or ``?token=`` sets the cookie too, so live updates (EventSource,
+which sends no headers) need no token in their URL. The cookie holds a value derived from the token
+(evlog.data.bearer), named for the server's port, as cookies are shared by every port of a host.
+
 ``Dashboard(store).install(app)`` adds its routes to an aiohttp app: the one `evlog serve` shares with
 the OTLP receiver, or the one `evlog view` runs alone. Every query runs in a small thread pool, so the
 event loop (which also takes OTLP/HTTP exports) never waits on SQLite; answers are cached per store
@@ -14,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import hmac
 import ipaddress
 import json
 import math
@@ -23,9 +30,11 @@ import sqlite3
 import threading
 from typing import Any, Callable
 
+from evlog.data import bearer
 from evlog.data.panels.console import console
 from evlog.data.panels.dag import task_graph
 from evlog.data.panels.events import events
+from evlog.data.panels.fine_metrics import fine_metrics
 from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, MAX_BINS, MIN_BINS, gantt
 from evlog.data.panels.metadata import graphs
 from evlog.data.panels.overview import overview, runs
@@ -64,6 +73,8 @@ class Dashboard:
                  extra_status: Callable[[], dict] | None = None, workers: int = 2):
         self.store = store
         self.token = token or None
+        self._token = self.token.encode() if self.token else None
+        self._cookie = bearer.cookie_value(self._token) if self._token else ""
         self.source = source
         self.extra_status = extra_status
         self.version = store.version
@@ -119,6 +130,7 @@ class Dashboard:
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
             ("/api/profile", self._profile),  # issue 31: flame graphs (evlog/data/panels/flame.py)
+            ("/api/fine", self._fine),  # Dask's fine performance metrics and spans (panels/fine_metrics.py)
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -148,19 +160,55 @@ class Dashboard:
 
         @web.middleware
         async def auth(request: Any, handler: Any) -> Any:
-            if self.token and request.path.startswith("/api/"):
-                given = request.query.get("token") or ""
-                h = request.headers.get("Authorization", "")
-                if h.lower().startswith("bearer "):
-                    given = h[7:].strip()
-                if not hmac.compare_digest(given.encode(), self.token.encode()):
-                    return web.json_response({"error": "token required", "token_required": True}, status=401)
+            how = None
+            if self._token is not None:
+                if request.path == "/" and "token" in request.query:
+                    return self._sign_in(request)
+                if request.path.startswith("/api/"):
+                    how = self._credential(request)
+                    if how is None:
+                        return web.json_response({"error": "token required", "token_required": True}, status=401)
             try:
-                return await handler(request)
+                resp = await handler(request)
             except QueryError as e:
                 return web.json_response({"error": str(e)}, status=500)
+            if how in ("header", "query") and not resp.prepared:  # a stream's headers are gone already
+                self._set_cookie(request, resp)
+            return resp
 
         return auth
+
+    def _cookie_name(self, request: Any) -> str:
+        sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        port = sock[1] if isinstance(sock, tuple) and len(sock) > 1 else (request.url.port or 0)
+        return f"evlog-{port}"
+
+    def _credential(self, request: Any) -> str | None:
+        """How the request proves it knows the token ("cookie", "header", "query"), or None."""
+        assert self._token is not None
+        if bearer.matches(request.cookies.get(self._cookie_name(request)), self._cookie.encode()):
+            return "cookie"
+        if bearer.matches(bearer.from_authorization(request.headers.get("Authorization")), self._token):
+            return "header"
+        if bearer.matches(request.query.get("token"), self._token):
+            return "query"
+        return None
+
+    def _set_cookie(self, request: Any, resp: Any) -> None:
+        resp.set_cookie(self._cookie_name(request), self._cookie, path="/", httponly=True, samesite="Strict")
+
+    def _sign_in(self, request: Any) -> Any:
+        """``/?token=...``: the cookie if the token is right, and in any case the same page without the
+        token in its URL (a wrong one gets the page, which asks for it)."""
+        from aiohttp import web
+
+        query = request.query.copy()
+        given = query.popall("token", [None])[0]
+        resp = web.Response(status=303, headers={"Location": str(request.rel_url.with_query(query)),
+                                                 "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+        if bearer.matches(given, self._token):
+            self._set_cookie(request, resp)
+        return resp
 
     # ---- helpers
 
@@ -315,6 +363,12 @@ class Dashboard:
         q = request.query
         worker, label, span = q.get("worker") or None, q.get("label") or None, q.get("span") or None
         return self._json(await self._run((run, "profile", worker, label, span), flame, st, worker, label, span))
+
+    async def _fine(self, request: Any) -> Any:
+        """Dask's fine performance metrics of the run, or of one Dask span (``span``), in ``unit``."""
+        st, run = await self._view(request)
+        span, unit = request.query.get("span") or None, request.query.get("unit") or "seconds"
+        return self._json(await self._run((run, "fine", span, unit), fine_metrics, st, span, unit))
 
     async def _stream(self, request: Any) -> Any:
         """Server-sent events: one ``update`` per store change or status change (at most two a second),

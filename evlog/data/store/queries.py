@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from evlog import process_count
+
 from .codec import loads, process_name
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, RUN_OF
 
@@ -19,8 +21,8 @@ class Queries:
         """The runs stored (by resource attribute evlog.run.id; '' for processes without one), newest
         first: their services, processes and time range."""
         procs: dict = {}
-        for pid, run, service in self._q(f"SELECT id, {RUN_OF}, service FROM processes"):
-            procs[pid] = (run, service)
+        for pid, run, service, resource in self._q(f"SELECT id, {RUN_OF}, service, resource FROM processes"):
+            procs[pid] = (run, service, resource)
         times: dict = {}
         for sql in ("SELECT process, min(start), max(end) FROM spans GROUP BY process",
                     "SELECT process, min(time), max(time) FROM logs GROUP BY process"):
@@ -29,9 +31,10 @@ class Queries:
                 times[p] = (t0 if a is None or (t0 is not None and t0 < a) else a,
                             t1 if b is None or (t1 is not None and t1 > b) else b)
         runs: dict = {}
-        for pid, (run, service) in procs.items():
-            r = runs.setdefault(run, {"run": run, "services": set(), "processes": 0, "start": None, "end": None})
-            r["processes"] += 1
+        for pid, (run, service, resource) in procs.items():
+            r = runs.setdefault(run, {"run": run, "services": set(), "processes": 0, "start": None, "end": None,
+                                      "resources": []})
+            r["resources"].append(loads(resource))
             if service:
                 r["services"].add(service)
             t0, t1 = times.get(pid, (None, None))
@@ -39,6 +42,8 @@ class Queries:
                 r["start"] = t0
             if t1 is not None and (r["end"] is None or t1 > r["end"]):
                 r["end"] = t1
+        for r in runs.values():
+            r["processes"] = process_count.count(r.pop("resources"))[0]
         out = [{**r, "services": sorted(r["services"])} for r in runs.values()]
         out.sort(key=lambda r: r["start"] or 0, reverse=True)
         return out
@@ -53,7 +58,7 @@ class Queries:
         m0 = q("SELECT min(time) FROM logs")[0][0]
         m1 = q("SELECT max(time) FROM logs")[0][0]
         points, p0, p1 = q("SELECT count(*), min(time), max(time) FROM points")[0]
-        processes = q("SELECT count(*) FROM processes")[0][0]
+        processes, exporters = self.process_count()
         hosts = q("SELECT count(DISTINCT host) FROM processes")[0][0]
         tasks = q("SELECT count(DISTINCT task_key) FROM spans WHERE task_key IS NOT NULL")[0][0]
         # one per client call, however many traces a big one was split into (dask_shape)
@@ -62,9 +67,13 @@ class Queries:
         ends = [x for x in (s1, m1, p1) if x]
         return {
             "spans": spans, "span_events": span_events, "events": events, "logs": logs,
-            "metric_points": points, "processes": processes, "hosts": hosts, "traces": traces,
+            "metric_points": points, "processes": processes, "exporters": exporters, "hosts": hosts, "traces": traces,
             "tasks": tasks, "computations": computations, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
         }
+
+    def process_count(self) -> tuple[int, int]:
+        """(the program's processes, evlog's exporter processes), each process once (evlog.process_count)."""
+        return process_count.count(loads(r) for (r,) in self._q("SELECT resource FROM processes"))
 
     def processes(self) -> list[dict]:
         """The processes (one row per resource), each labelled once: a Dask worker whose resource gained
@@ -308,6 +317,13 @@ class Queries:
         """{prefix: executions} of the Dask task executions (``dask.execute`` spans): the tasks run."""
         return {p or "": n for p, n in self._q("SELECT prefix, count(*) FROM spans WHERE cat = ? GROUP BY prefix",
                                                (CAT_EXECUTION,))}
+
+    def spans_named(self, prefix: str, cat: int, limit: int) -> list[dict]:
+        """The first ``limit`` spans of category ``cat`` whose name starts with ``prefix``, in start order,
+        with their attributes (e.g. the Dask spans a program named: evlog/data/panels/fine_metrics.py)."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return self._span_dicts(self._q(_SPAN_SELECT + " WHERE s.cat = ? AND s.name LIKE ? ESCAPE '\\' "
+                                        "ORDER BY s.start LIMIT ?", (cat, like, limit)))
 
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")

@@ -8,7 +8,9 @@ What it produces (names in docs/conventions.md, section Dask):
 - client (client.py): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; its
   context goes out with the graph (context.py);
 - scheduler (scheduler.py, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
-  ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers;
+  ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers; Dask's
+  own spans (``dask.span {tag}``) and fine performance metrics (``dask.worker.time/bytes/count``),
+  read periodically (readings.py);
 - worker (worker.py, a recorder per Worker, not a plugin, plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
   execution, the current span while the task runs; span ``dask.transfer`` per gather_dep; metrics
   dask.task.duration and dask.transfer.bytes;
@@ -218,6 +220,7 @@ class DaskInstrumentor:
                 rec.scheduler.plugins.pop(rec.name, None)
                 dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
                 dask_context.restore_graphs(rec.scheduler, getattr(rec, "graph_handlers", {}))
+                rec.readings.close()
                 records.remove(rec._log)
                 dask_scheduler.retire(rec)
             except Exception as exc:

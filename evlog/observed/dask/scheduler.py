@@ -12,6 +12,9 @@ The span's parent is the client call's ``dask.compute`` span, whose context came
 client without evlog) gets one ``dask.compute`` span made here, per submission, and its tasks carry
 that to the workers, so they put their spans in the same trace.
 
+Dask's own spans and fine performance metrics are read on this scheduler's event loop by readings.py
+(``self.readings``): its ``graph`` from ``update_graph``, its ``close`` from ``close``.
+
 ``log_event`` calls published here become ``dask.log_event`` events (and entries of this process's
 evlog.get_events ledger), except those relayed from a worker or client that did both itself
 (workers with evlog say so in their startup information; clients are assumed to have evlog).
@@ -31,6 +34,7 @@ from evlog.observed import events
 from evlog.observed import records
 
 from evlog.observed.dask import context as dc
+from evlog.observed.dask import readings as dask_readings
 from evlog.observed.dask import shape as dask_shape
 from evlog.wire import dask as wire
 from evlog.observed.dask import spans as ds
@@ -66,6 +70,7 @@ class SchedulerRecorder(SchedulerPlugin):
         self._time = time.time
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
         self.counts: Counter = Counter()  # (start, finish) -> transitions so far
+        self.readings = dask_readings.Readings(scheduler)  # Dask's spans and fine performance metrics
         _live.add(self)
 
     # ---- the hot path: one tuple of atoms per transition -----------------------------------------
@@ -123,6 +128,7 @@ class SchedulerRecorder(SchedulerPlugin):
                     self._log.extend(shapes)
         except Exception as exc:
             notices.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
+        self._log.extend(self.readings.graph(annotations, tasks))  # before the tasks' first transitions
 
     def _group(self, client, need) -> dict | None:
         from opentelemetry import context, trace
@@ -139,6 +145,7 @@ class SchedulerRecorder(SchedulerPlugin):
         return dask_shape.split(tasks, carrier, self.trace_tasks, self._time())
 
     async def close(self):
+        self.readings.close()
         records.remove(self._log)
         retire(self)
 

@@ -212,7 +212,10 @@ class WorkerRecorder:
         parent = None
         for k in keys:
             ts = tasks.get(k)
-            for dep in (ts.dependents if ts is not None else ()):
+            # the transfer belongs to the call of a dependent that waits for this data; a dependent
+            # already computed (a result an earlier call still holds) is another call's
+            deps = ts.dependents if ts is not None else ()
+            for dep in sorted(deps, key=_done_last):
                 c = carrier(dep.key)
                 if c is not None:
                     parent = _context_of(c)[1]
@@ -259,6 +262,11 @@ class WorkerRecorder:
                 out.append((dx.TRANSFER, str(source), tuple([k if type(k) is str else str(k) for k in keys]),
                             int(nbytes), _ids(parent), t0, t1, ok, outcome, address))
         return out
+
+
+def _done_last(ts) -> bool:
+    """Sort key: a worker's dependents still to run first (waiting for the data being fetched)."""
+    return ts.state in ("memory", "released", "forgotten", "error")
 
 
 def _instruments() -> None:

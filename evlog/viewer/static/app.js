@@ -133,6 +133,7 @@
       EV.refreshConsole().catch(failed("console")),  // console.js
       EV.refreshProgress().catch(failed("progress")),
       EV.refreshProfile().catch(failed("profile")),  // profile.js (issue 31)
+      EV.refreshFine().catch(failed("fine")),  // fine.js: Dask's fine performance metrics and spans
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {
@@ -176,8 +177,8 @@
   function connect() {
     clearTimeout(state.retry);
     if (state.es) state.es.close();
-    var url = "api/stream" + (EV.token ? "?token=" + encodeURIComponent(EV.token) : "");
-    var es = state.es = new EventSource(url);
+    // no token in the URL: the API answer that came before set the server's cookie, which EventSource sends
+    var es = state.es = new EventSource("api/stream");
     status("connecting", "connecting");
     es.addEventListener("open", function () {
       state.connected = true;
