@@ -130,8 +130,10 @@ def test_plots_share_the_gantts_time_range_and_zoom(view, browser):
     assert ranges["evlog.worker.saturation"] == pytest.approx([t0, t1])
     assert all(r == pytest.approx([t0, t1]) for r in ranges.values()), ranges
     # a drag across a plot zooms the Gantt and every plot to it
-    box = browser.js("""(() => { const o = document.querySelector('[data-plot="evlog.worker.saturation"] .u-over')
-        .getBoundingClientRect(); return {x: o.left, y: o.top, w: o.width, h: o.height}; })()""")
+    box = browser.js("""(() => { const e = document.querySelector('[data-plot="evlog.worker.saturation"] .u-over');
+        e.scrollIntoView({block: 'center'});  // mouse events go to the viewport: the plot must be in it
+        return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => { const o = e.getBoundingClientRect();
+          ok({x: o.left, y: o.top, w: o.width, h: o.height}); }))); })()""")
     y = box["y"] + box["h"] / 2
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=box["x"] + box["w"] * 0.25, y=y)
     browser.cmd("Input.dispatchMouseEvent", type="mousePressed", x=box["x"] + box["w"] * 0.25, y=y, button="left", clickCount=1)
