@@ -382,8 +382,12 @@ def cmd_view(args: argparse.Namespace) -> int:
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))
     ingestor = Ingestor(store)
+    # how far the folder is read: "loading" until everything in it when `view` started is stored, then
+    # "live" (following the run) or "loaded"; read, total: bytes of its files (compressed ones as they are)
+    progress = {"state": "loading", "read": 0, "total": rf.bytes_total, "rows": 0}
     dash = Dashboard(store, token=args.token, source=f"run folder {rf.path}",
-                     extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count})
+                     extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count,
+                                           "loading": {**progress, "pending_rows": ingestor.pending()}})
     ingestor.listeners.append(dash.notify)
     stop = threading.Event()
 
@@ -393,16 +397,23 @@ def cmd_view(args: argparse.Namespace) -> int:
             batches: list = []
             try:
                 batches = rf.poll()
+                progress.update(read=rf.bytes_read, total=rf.bytes_total, rows=rf.rows)
                 for sig, rows in batches:
                     ingestor.submit(sig, rows, timeout=None)
                 if rf.problems[shown:]:
                     shown = _report_problems(rf, shown)
             except Exception as e:  # the follower must not die silently: say why, keep going
                 _err(f"reading {rf.path}: {type(e).__name__}: {e}")
-            if not batches and not args.follow:
+            if batches or rf.moved:
+                continue
+            if progress["state"] == "loading":
+                while not ingestor.flush(1.0) and not stop.is_set():
+                    pass
+                progress["state"] = "live" if args.follow else "loaded"
+                dash.status_changed()
+            if not args.follow:
                 return
-            if not batches:
-                stop.wait(1.0)
+            stop.wait(1.0)
 
     follower = threading.Thread(target=follow, name="evlog-view-follow", daemon=True)
     follower.start()

@@ -35,7 +35,7 @@ from evlog.data.panels.console import console
 from evlog.data.panels.dag import task_graph
 from evlog.data.panels.events import events
 from evlog.data.panels.fine_metrics import fine_metrics
-from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, gantt
+from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, MAX_BINS, MIN_BINS, gantt
 from evlog.data.panels.metadata import graphs
 from evlog.data.panels.overview import overview, runs
 from evlog.data.panels.plots import plots
@@ -64,7 +64,9 @@ class Dashboard:
     """Routes, API, live updates and token check over one Store.
 
     ``source``: what the page says it shows (a run folder, or "OTLP receiver on ...").
-    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters).
+    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters; while
+    `evlog view` reads a folder, ``loading``: how far it has come); call ``status_changed()`` when what it
+    says changes without the store changing (the folder is read), so open pages ask again.
     """
 
     def __init__(self, store: Store, *, token: str | None = None, source: str = "",
@@ -82,6 +84,7 @@ class Dashboard:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
         self._closing = False
+        self.status_version = 0  # bumped by status_changed()
 
     # ---- live updates
 
@@ -94,6 +97,20 @@ class Dashboard:
                 loop.call_soon_threadsafe(self._wake)
             except RuntimeError:
                 pass
+
+    def status_changed(self) -> None:
+        """What ``extra_status`` says changed (any thread): wake the live-update streams."""
+        self.status_version += 1
+        self.notify()
+
+    def loading(self) -> dict | None:
+        """``extra_status``'s ``loading`` (None when there is none, or it failed)."""
+        if self.extra_status is None:
+            return None
+        try:
+            return self.extra_status().get("loading")
+        except Exception:
+            return None
 
     def _wake(self) -> None:
         for ev in list(self._waiters):
@@ -264,8 +281,12 @@ class Dashboard:
         worker = request.query.get("worker") or None
         t0, t1 = self._float(request, "t0"), self._float(request, "t1")
         whole = request.query.get("whole") in ("1", "true")
-        data = await self._run((run, "gantt", worker, t0, t1, whole), gantt, st, worker, t0, t1, MAX_BARS,
-                               GANTT_BINS, whole)
+        # bins: the page's width in pixels (a bin per pixel column); max_bars: fewer bars than the default
+        b, m = self._float(request, "bins"), self._float(request, "max_bars")
+        bins = GANTT_BINS if b is None else int(min(max(b, MIN_BINS), MAX_BINS))
+        bars = MAX_BARS if m is None else int(min(max(m, 0), MAX_BARS))
+        data = await self._run((run, "gantt", worker, t0, t1, whole, bins, bars), gantt, st, worker, t0, t1, bars,
+                               bins, whole)
         return self._json(data)
 
     async def _plots(self, request: Any) -> Any:
@@ -330,7 +351,9 @@ class Dashboard:
         st, run = await self._view(request)
         from .report_panel import dashboard_report
 
-        return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
+        loading = self.loading()
+        state = loading.get("state") if loading else None
+        return self._json(await self._run((run, "report", state), dashboard_report, st, self.source, loading))
 
     async def _profile(self, request: Any) -> Any:
         """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""
@@ -348,9 +371,9 @@ class Dashboard:
         return self._json(await self._run((run, "fine", span, unit), fine_metrics, st, span, unit))
 
     async def _stream(self, request: Any) -> Any:
-        """Server-sent events: one ``update`` per store change (at most two a second), a comment
-        every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser to
-        reconnect after 5 s if the server goes away."""
+        """Server-sent events: one ``update`` per store change or status change (at most two a second),
+        a comment every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser
+        to reconnect after 5 s if the server goes away."""
         from aiohttp import web
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
@@ -363,9 +386,10 @@ class Dashboard:
             await resp.write(b"retry: 5000\n\n")
             while not self._closing:
                 ev.clear()  # before reading the version: a change after this line sets it again
-                v = self.store.version
+                v = (self.store.version, self.status_version)
                 if v != sent:
-                    await resp.write(f"event: update\ndata: {json.dumps({'version': v})}\n\n".encode())
+                    data = json.dumps({"version": v[0], "status": v[1]})
+                    await resp.write(f"event: update\ndata: {data}\n\n".encode())
                     sent = v
                     await asyncio.sleep(0.5)  # pacing: at most two updates a second per page
                     continue

@@ -8,7 +8,7 @@ import json
 from evlog import process_count
 
 from .codec import loads, process_name
-from .schema import CAT_SCHED_TASK, RUN_OF
+from .schema import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, RUN_OF
 
 
 class Queries:
@@ -262,16 +262,10 @@ class Queries:
                    process: int | None = None, worker: str | None = None) -> list[tuple]:
         """(id, start, end, worker, thread, process, prefix, status_code, task_key, name) of spans
         overlapping [t0, t1]; cat None means every span."""
-        where, args = [], []
+        where, args = _overlapping(t0, t1)
         if cat is not None:
             where.append("cat = ?")
             args.append(cat)
-        if t1 is not None:
-            where.append("start <= ?")
-            args.append(t1)
-        if t0 is not None:
-            where.append("end >= ?")
-            args.append(t0)
         if process is not None:
             where.append("process = ?")
             args.append(process)
@@ -286,6 +280,27 @@ class Queries:
             sql += " WHERE " + " AND ".join(where)
         return self._q(sql + " ORDER BY start", tuple(args))
 
+    def transfer_rows(self, t0: int | None = None, t1: int | None = None) -> list[tuple]:
+        """(id, start, end, destination worker, source worker, bytes, status_code, task_key) of the
+        ``dask.transfer`` spans overlapping [t0, t1], by start: a worker fetching data from another
+        (its span is the fetching worker's; the source is an attribute)."""
+        where, args = _overlapping(t0, t1)
+        where += ["cat = ?", "name = 'dask.transfer'"]
+        args.append(CAT_OTHER)
+        rows = self._q(
+            f"SELECT id, start, end, worker, {_attr('attributes', 'dask.transfer.source')}, "
+            f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, req, idx FROM spans "
+            f"WHERE {' AND '.join(where)} ORDER BY start", tuple(args))
+        raw = iter(self._requests.rows(self.reader(), [(r[8], r[9]) for r in rows if r[8] is not None]))
+        out = []
+        for rid, start, end, worker, source, nbytes, code, key, req, _idx in rows:
+            if req is not None:  # kept as its protobuf request (`evlog serve`)
+                a = next(raw)["attributes"]
+                source, nbytes = a.get("dask.transfer.source"), a.get("dask.transfer.bytes")
+            out.append((rid, start, end, worker or "", "" if source is None else str(source),
+                        nbytes if type(nbytes) is int else 0, code, key))
+        return out
+
     def span_by_id(self, row_id: int) -> dict | None:
         rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
         return self._span_dicts(rows)[0] if rows else None
@@ -297,6 +312,11 @@ class Queries:
         if limit is not None:
             return self._q(sql + " LIMIT ?", (limit,))
         return self._q(sql)
+
+    def executions_per_prefix(self) -> dict[str, int]:
+        """{prefix: executions} of the Dask task executions (``dask.execute`` spans): the tasks run."""
+        return {p or "": n for p, n in self._q("SELECT prefix, count(*) FROM spans WHERE cat = ? GROUP BY prefix",
+                                               (CAT_EXECUTION,))}
 
     def spans_named(self, prefix: str, cat: int, limit: int) -> list[dict]:
         """The first ``limit`` spans of category ``cat`` whose name starts with ``prefix``, in start order,
@@ -350,6 +370,18 @@ class Queries:
         return self._q(
             f"SELECT process, ? + ((time - ?) / ?) * ? AS t, avg({value}) FROM points WHERE name = ? "
             "GROUP BY process, t ORDER BY t", (lo, lo, width, width, name)), True
+
+
+def _overlapping(t0: int | None, t1: int | None) -> tuple[list[str], list]:
+    """The WHERE terms and arguments of spans overlapping [t0, t1] (either end None: open)."""
+    where, args = [], []
+    if t1 is not None:
+        where.append("start <= ?")
+        args.append(t1)
+    if t0 is not None:
+        where.append("end >= ?")
+        args.append(t0)
+    return where, args
 
 
 _LET_GO = ("released", "forgotten")  # the states of a life that only let its result go (a second life)
