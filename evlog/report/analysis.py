@@ -22,9 +22,13 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     return analyse_with_model(spans, logs, source)[0]
 
 
-def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "") -> tuple[dict, list[Computation]]:
-    """``analyse``, and the computations it found (evlog.report.model), for what-if (whatif_run)."""
-    comps = build(spans)
+def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", comps: list | None = None,
+                       left_out: dict | None = None) -> tuple[dict, list[Computation]]:
+    """``analyse``, and the computations it found (evlog.report.model), for what-if (whatif_run).
+    ``comps``: the computations already built from ``spans`` (evlog.report.whole), and ``left_out``
+    ({why: computations}) those left out as not whole: the report says it is partial."""
+    if comps is None:
+        comps = build(spans)
     made = made_by(comps)
     out_comps = [computation(c, made) for c in comps]
     told = [x for c in out_comps for x in c["stragglers"] + c["failures"] + c["retries"]]
@@ -51,7 +55,8 @@ def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "") ->
     start, end = (min(times), max(times)) if times else (None, None)
     out = {
         "source": source,
-        "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else 0.0,
+        "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else None,
+        "partial": bool(left_out), "left_out": dict(left_out or {}),
         "computations": out_comps,
         "workers": ws,
         "most_transfer": most,
@@ -143,7 +148,9 @@ def prefixes(c: Computation) -> dict:
             "retried": sum(len(t.executions) - 1 for t in ts if len(t.executions) > 1),  # extra attempts
             "median_s": dur(_median([t.compute_ns + t.transfer_ns + t.queued_ns for t in ran])),
             "median_compute_s": dur(_median([t.compute_ns for t in ran])),
+            "p95_compute_s": dur(_p95([t.compute_ns for t in ran])),
             "median_transfer_s": dur(_median([t.transfer_ns for t in ran])),
+            "p95_transfer_s": dur(_p95([t.transfer_ns for t in ran])),
             "median_queued_s": dur(_median([t.queued_ns for t in ran])),
             "p95_queued_s": dur(_p95([t.queued_ns for t in ran])),
             "max_compute_s": dur(max((t.compute_ns for t in ran), default=0)),
@@ -221,7 +228,8 @@ def computation(c: Computation, made: dict | None = None) -> dict:
     fails, blamed = failures(c)
     out = {
         "id": c.id, "name": c.name, "method": c.method, "key": c.first_key, "trace_id": c.trace_id,
-        "start": secs(c.start), "end": secs(c.end), "wall_s": dur(c.wall_ns), "tasks": len(c.tasks),
+        "start": secs(c.start), "end": secs(c.end), "tasks": len(c.tasks),
+        "wall_s": dur(c.wall_ns) if c.start is not None and c.end is not None else None,  # never since 1970
         "critical_path": rows,
         "critical_path_start": secs(path_start), "critical_path_wall_s": dur(wall),
         "critical_path_s": dur(on_path),

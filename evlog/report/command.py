@@ -14,6 +14,7 @@ import sys
 
 from evlog.report import activity, whatif_run
 from evlog.report.analysis import analyse_with_model
+from evlog.report.whole import whole_computations
 
 
 class ReportError(Exception):
@@ -92,7 +93,9 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
             spans, logs, source, points = load_folder(path)
         if not spans and not logs:
             raise ReportError(f"{source}: no spans or events to report on")
-        report, comps = analyse_with_model(spans, logs, source)
+        # a run folder being written, or cut short, holds computations not whole yet: left out, and said
+        spans, left, comps = whole_computations(spans)
+        report, comps = analyse_with_model(spans, logs, source, comps, left)
         activity.attach(report, spans, points)  # Dask's fine performance metrics and its spans
         if what_if:  # after activity: the replay takes each prefix's CPU share from its activity_s
             try:

@@ -8,7 +8,7 @@ import html
 import json
 from importlib import resources
 
-from evlog.report.render_text import _call, _d, _pct, _t, _ts
+from evlog.report.render_text import _call, _d, _pct, _t, _ts, left_out
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
@@ -181,7 +181,7 @@ def _vendor(name: str) -> str:
 def render_html(rep: dict) -> str:
     comps = rep["computations"]
     chosen = [i for i, c in enumerate(comps) if c["failures"] or c["stragglers"]]
-    chosen += sorted((i for i in range(len(comps)) if i not in chosen), key=lambda i: -comps[i]["wall_s"])
+    chosen += sorted((i for i in range(len(comps)) if i not in chosen), key=lambda i: -(comps[i]["wall_s"] or 0))
     chosen = sorted(chosen[:DETAILED])
     parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>evlog report: {_e(rep['source'])}</title>",
@@ -189,6 +189,7 @@ def render_html(rep: dict) -> str:
              "<h1>evlog report</h1>",
              f'<p class="muted">{_e(rep["source"])}<br>{_t(rep["start"], True)} .. {_t(rep["end"])} UTC '
              f'({_d(rep["wall_s"])}); {len(comps):,} computations, {len(rep["workers"])} workers</p>',
+             f'<p class="partial">Partial: {_e(left_out(rep["left_out"]))}</p>' if rep.get("partial") else "",
              '<section id="advice"><h2>Advice</h2>',
              ('<ul class="advice">' + "".join(f"<li>{_e(a)}</li>" for a in rep["advice"]) + "</ul>")
              if rep["advice"] else "<p>Nothing stands out.</p>", "</section>"]

@@ -31,6 +31,13 @@ def _call(x: dict) -> str:
     return f"{name} of " if name else ""
 
 
+def left_out(why: dict) -> str:
+    """What a partial report left out: the run folder is still being written, or was cut short."""
+    n = sum(why.values())
+    return (f"{n:,} computation{'s' if n != 1 else ''} left out, not whole in what was recorded ("
+            + "; ".join(f"{k}: {v:,}" for k, v in why.items()) + ")")
+
+
 def _ts(s: float | None) -> str:
     """A sum over tasks: task-seconds, never shown as if it were wall time."""
     return "-" if not s else f"{s:.3f} task-s" if s >= 1 else _d(s)
@@ -120,6 +127,8 @@ def render_text(rep: dict) -> str:
     if rep["start"] is not None:
         out.append(f"{_t(rep['start'], True)} .. {_t(rep['end'])} UTC ({_d(rep['wall_s'])}); "
                    f"{len(comps):,} computation{'s' if len(comps) != 1 else ''}, {len(rep['workers'])} workers")
+    if rep.get("partial"):
+        out.append(f"Partial: {left_out(rep['left_out'])}")
     out.append("")
     out.append("Advice:")
     out += [f"  - {a}" for a in rep["advice"]] or ["  (nothing stands out)"]
@@ -134,7 +143,7 @@ def render_text(rep: dict) -> str:
         if len(comps) > 50:
             out.append(f"  ... {len(comps) - 50:,} more (all of them in --format json)")
         chosen = [c for c in comps if c["failures"] or c["stragglers"]]
-        chosen += sorted((c for c in comps if c not in chosen), key=lambda c: -c["wall_s"])
+        chosen += sorted((c for c in comps if c not in chosen), key=lambda c: -(c["wall_s"] or 0))
         chosen = chosen[:DETAILED]
         for c in sorted(chosen, key=lambda c: c["start"] or 0):
             out.append("")
@@ -244,7 +253,7 @@ def _what_if(rep: dict) -> list[str]:
         shapes = [shape_name(e) for e in comps[0]["what_if"]]
         out.append("  per computation (predicted):")
         rows = [["name", "recorded"] + shapes]
-        for c in sorted(comps, key=lambda c: -c["wall_s"])[:DETAILED]:
+        for c in sorted(comps, key=lambda c: -(c["wall_s"] or 0))[:DETAILED]:
             rows.append([c["name"], _d(c["wall_s"])] + [_d(e["predicted_s"]) for e in c["what_if"]])
         out += _table(rows, "    ")
         if len(comps) > DETAILED:

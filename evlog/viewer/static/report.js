@@ -43,7 +43,8 @@
     d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + secs(c.wall_s) + " wall · " + n(c.tasks, "task") +
       " · critical path " + pct(c.critical_path_share) +
       (c.stragglers.length ? " · " + n(c.stragglers.length, "straggler") : "") +
-      (c.failures.length ? " · " + c.failures.length + " failed" : "")]));
+      (c.failures.length ? " · " + c.failures.length + " failed" : "") +
+      ((c.retries || []).length ? " · " + n(c.retries.length, "retried task") : "")]));
     var wall = c.critical_path_wall_s || c.wall_s;
     d.appendChild(EV.el("h4", {}, "Critical path: " + n(c.critical_path.length, "task") + ", " + EV.duration(c.critical_path_s) +
       " of " + EV.duration(wall) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
@@ -75,13 +76,21 @@
       st.classList.add("stragglers");
       d.appendChild(st);
     }
+    var saved = (c.retries || []).filter(function (x) { return x.succeeded; });
+    if (c.failures.length || saved.length) d.appendChild(EV.el("h4", {}, "Failures and retries"));
     if (c.failures.length) {
-      d.appendChild(EV.el("h4", {}, "Failures"));
       var ft = EV.table(["key", "exception", "worker", "time (" + EV.tzShort() + ")"], c.failures.map(function (f) {
         return [keyLink(f.key), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.worker || "", EV.clock(f.time, true)];
       }), function () { return "err"; });
       ft.classList.add("failures");
       d.appendChild(ft);
+    }
+    if (saved.length) {  // a task that failed, then succeeded on a retry (Dask's retries=)
+      var rt = EV.table(["key", "first failure", "attempts", "failed attempts took", "worker"], saved.map(function (x) {
+        return [keyLink(x.key), EV.msg(x.exception), x.failed + " failed of " + x.attempts, secs(x.erred_s), x.worker || ""];
+      }));
+      rt.classList.add("retries");
+      d.appendChild(rt);
     }
     if (c.erred_dependents) d.appendChild(EV.el("p", { "class": "muted" }, c.erred_dependents + " more tasks erred because a dependency did."));
     return d;
