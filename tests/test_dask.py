@@ -521,6 +521,35 @@ def test_uninstrument_restores_dask_and_instrument_again_resumes(tmp_path):
     assert not {k for k in keys if k[1] == "off"}
 
 
+DETACH_APP = r'''
+import json, sys
+import evlog
+evlog.configure(run_dir=sys.argv[1], consumers="none", summary=False)
+from distributed import Client, LocalCluster
+from evlog.observed import boot
+
+def inc(x):
+    return x + 1
+
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+        Client(cluster) as client:
+    before = sorted(cluster.scheduler.plugins)
+    boot.active_instrumentors()["dask"].uninstrument()
+    after = sorted(cluster.scheduler.plugins)
+    result = client.gather(client.map(inc, range(3)))
+print(json.dumps({"before": before, "after": after, "result": result}))
+'''
+
+
+def test_uninstrument_takes_evlogs_plugin_off_a_running_scheduler(tmp_path):
+    proc = subprocess.run([PYTHON, _write(tmp_path, "app.py", DETACH_APP), str(tmp_path / "run")], env=evlog_env(),
+                          capture_output=True, timeout=120)
+    out = _output(proc)
+    assert "evlog-telemetry" in out["before"] and out["after"] == [p for p in out["before"] if p != "evlog-telemetry"]
+    assert out["result"] == [1, 2, 3]
+    assert not [line for line in proc.stderr.decode().splitlines() if line.startswith("evlog:")], proc.stderr
+
+
 FORK_APP = r'''
 import json, multiprocessing as mp
 from distributed import Client, LocalCluster

@@ -339,6 +339,24 @@ def test_configure_in_code_without_the_launcher(tmp_path):
     assert span["name"] == "in-code" and span["resource"]["service.name"] == "python"
 
 
+def test_an_instrumentation_whose_evlog_module_is_missing_is_named_and_the_program_runs(tmp_path):
+    """A broken install (an instrumentor's module gone) says which instrumentation did not start."""
+    code = f"""
+    from evlog.observed import targets
+    targets.TARGETS["wave"] = ("wave", "evlog.observed.not_there:WaveInstrumentor")
+    import evlog
+    evlog.configure(run_dir={str(tmp_path / 'r')!r}, consumers="none", summary=False)
+    import wave
+    print("ran", flush=True)
+    """
+    proc = subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=evlog_env(), capture_output=True, timeout=60)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0 and proc.stdout == b"ran\n", err
+    assert [line for line in err.splitlines() if line.startswith("evlog:")] == [
+        "evlog: the wave instrumentation could not start: ModuleNotFoundError(\"No module named "
+        "'evlog.observed.not_there'\")"], err
+
+
 def test_otel_traces_exporter_file_without_a_run_dir_means_the_run_folder(tmp_path):
     """README: `file` is the run folder; without EVLOG_RUN_DIR it is made where the default one would be."""
     code = "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass"

@@ -11,6 +11,7 @@ import tomllib
 
 from packaging.requirements import Requirement
 
+from evlog import config
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -21,6 +22,22 @@ def _readme_commands() -> list[str]:
     block = re.search(r"```bash\n(.*?)```", text, re.S)
     assert block and text.index("```bash") < 20, "the README starts with the two set-up commands"
     return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def _cells(row: str) -> tuple[str, ...]:
+    return tuple(cell.strip() for cell in row.strip().strip("|").split("|"))
+
+
+def test_the_readmes_configuration_table_is_the_settings_declarations():
+    """Each EVLOG_* row of the README (variable, YAML key, meaning, default) is its declaration in
+    evlog.config.SETTINGS, in the same order; `python docs/config_table.py` writes them."""
+    shown = [_cells(line) for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `EVLOG_")]
+    declared = [_cells(line) for line in config.readme_rows()[2:]]
+    fix = "python docs/config_table.py writes the README's table from the declarations"
+    assert [row[0] for row in shown] == [row[0] for row in declared], fix
+    for got, want in zip(shown, declared):
+        for column, a, b in zip(("variable", "YAML key", "meaning", "default"), got, want):
+            assert a == b, f"{got[0]}'s {column}: the README says {a!r}, evlog.config.SETTINGS {b!r}; {fix}"
 
 
 def test_ci_runs_the_readmes_test_command():

@@ -25,9 +25,8 @@ With ``token``, every export must carry ``authorization: Bearer TOKEN`` (HTTP he
 as the OpenTelemetry Collector's ``bearertokenauth`` asks: without it, or with another token, HTTP
 answers 401 and gRPC UNAUTHENTICATED before the body is decoded, so nothing reaches the sink. Each
 refusal is counted (``refused``); ``notice`` is told once per client address, never per request.
-``fail_with(status)`` makes every export fail on purpose (a gRPC code name such as "UNAVAILABLE",
-or an HTTP status such as 503 or 429; each mapped to the other transport) until ``clear_failure()``,
-for fault-injection tests.
+``_refusal()`` is asked before each export is decoded: a subclass answers (HTTP status, gRPC code
+name, message) to fail it on purpose (the tests' fault injection, tests/receiver.py), None to take it.
 """
 from __future__ import annotations
 
@@ -63,35 +62,6 @@ _SERVICES = {
     "logs": ("opentelemetry.proto.collector.logs.v1.LogsService", "rejected_log_records"),
     "metrics": ("opentelemetry.proto.collector.metrics.v1.MetricsService", "rejected_data_points"),
 }
-
-# gRPC code name -> HTTP status (for fail_with), after the OTLP retry rules: the retryable gRPC
-# codes map to the retryable HTTP statuses.
-_GRPC_TO_HTTP = {
-    "INVALID_ARGUMENT": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ABORTED": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "UNIMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
-}
-_HTTP_TO_GRPC = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    413: "RESOURCE_EXHAUSTED",
-    429: "UNAVAILABLE",  # retryable on both sides, as 429 is for OTLP/HTTP
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
 
 class Backpressure(Exception):
     """Raised by a sink that cannot take rows now: the exporter is told to retry later
@@ -236,8 +206,6 @@ class OTLPReceiver:
         self._token = token.encode() if token else None
         self._refused = 0
         self._refused_peers: set[str] = set()
-        self._failure: tuple[int, str, str] | None = None
-        self._failures_left: int | None = None
         self._responses = _response_classes()
         self._grpc_server: Any = None
         self._grpc_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -307,41 +275,10 @@ class OTLPReceiver:
                 "last_error": self._last_error,
             }
 
-    # ------------------------------------------------------------------ fault injection
-
-    def fail_with(self, status: str | int, times: int | None = None, message: str | None = None) -> None:
-        """Fail every export (or the next ``times``) with ``status``: a gRPC code name
-        ("UNAVAILABLE", "RESOURCE_EXHAUSTED", ...) or an HTTP status (503, 429, ...)."""
-        import grpc
-
-        if isinstance(status, int) and not isinstance(status, bool):
-            http_status = status
-            code = _HTTP_TO_GRPC.get(status, "UNKNOWN" if status < 500 else "INTERNAL")
-        elif isinstance(status, str) and status.upper() in grpc.StatusCode.__members__:
-            code = status.upper()
-            http_status = _GRPC_TO_HTTP.get(code, 500)
-        else:
-            raise ValueError(f"fail_with: expected a gRPC code name or an HTTP status, got {status!r}")
-        if not 400 <= http_status <= 599:
-            raise ValueError(f"fail_with: HTTP status {http_status} is not an error")
-        with self._lock:
-            self._failure = (http_status, code, message or f"failing on purpose ({code}, {http_status})")
-            self._failures_left = times
-
-    def clear_failure(self) -> None:
-        with self._lock:
-            self._failure = None
-            self._failures_left = None
-
-    def _take_failure(self) -> tuple[int, str, str] | None:
-        with self._lock:
-            f = self._failure
-            if f is not None and self._failures_left is not None:
-                self._failures_left -= 1
-                if self._failures_left <= 0:
-                    self._failure = None
-                    self._failures_left = None
-            return f
+    def _refusal(self) -> tuple[int, str, str] | None:
+        """(HTTP status, gRPC code name, message) to answer the export about to be decoded with, or None
+        to take it. This receiver takes every export; the tests' subclass fails some on purpose."""
+        return None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -485,7 +422,7 @@ class OTLPReceiver:
                 if not self._authorized("grpc", signal, metadata.get("authorization"), _grpc_peer(context.peer())):
                     context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
             self._count("grpc", signal)
-            failure = self._take_failure()
+            failure = self._refusal()
             if failure is not None:
                 self._count_rejected(failure[2])
                 context.abort(getattr(grpc.StatusCode, failure[1]), failure[2])
@@ -554,7 +491,7 @@ class OTLPReceiver:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 raise _Reject(413, "RESOURCE_EXHAUSTED", f"body is over the {self.max_body} bytes limit") from None
-            failure = self._take_failure()
+            failure = self._refusal()
             if failure is not None:
                 raise _Reject(failure[0], failure[1], failure[2])
             loop = asyncio.get_running_loop()

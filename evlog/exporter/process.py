@@ -835,23 +835,11 @@ def _bounded(fn, timeout_s: float, name: str) -> None:
 
 
 def _spool_limit() -> int:
-    """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes)."""
-    from evlog.exporter.backlog import SPOOL
+    """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes), read by evlog.config; the program's
+    start named a bad value, with the run's other settings."""
+    from evlog import config
 
-    raw = (os.environ.get("EVLOG_SPOOL_LIMIT") or "").strip()
-    if not raw:
-        return SPOOL
-    try:
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(raw[-1].upper(), 1)
-        value = int(float(raw[:-1] if mult != 1 else raw) * mult)
-        if value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        from evlog import notices
-
-        notices.warn_once("spool-limit", f"EVLOG_SPOOL_LIMIT={raw!r} is not a size (like 512M or 2G); using 1G")
-        return SPOOL
+    return config.from_variable("spool_limit", os.environ)
 
 
 if __name__ == "__main__":

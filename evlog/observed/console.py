@@ -337,7 +337,7 @@ class SpanMarks:
             notices.warn_once("console-mark", f"console trace context failed: {exc!r}")
 
 
-# -- logged lines: the logging bridge's records, not sent twice ----------------------------------------
+# -- logged lines: Python logging records exported by python_logging.py, not sent twice -----------------
 
 _marks: list = [None, None]  # (the value of MARKS_ENV it was read from, (prefix, {fd: identity}) or None)
 
@@ -358,7 +358,7 @@ def _marks_now():
 
 
 def logged(record, logger) -> str | None:
-    """A Python logging record the logging bridge exported (capture mode enabled): before each of the
+    """A Python logging record python_logging.py exported (capture mode enabled): before each of the
     program's handlers that will write it to a captured stdout or stderr, a marker tells the relay which
     lines follow (the first's CRC-32, how many), and the console's builder drops them. In any process
     of the run whose stdout/stderr are the captured ones (MARKS_ENV). Returns the stream marked

@@ -1,5 +1,5 @@
 """evlog's own log records without the OTel SDK: its events (``dask.log_event``, ``evlog.log_event``) and
-the Python logging records it bridges (logging_bridge.py).
+the Python logging records it takes (python_logging.py).
 
 Dask publishes events of its own in every cluster (a worker added or removed) and logs warnings; the
 process that does so need not have made any telemetry of its own. So while this process's

@@ -38,16 +38,9 @@ def default_run_dir(cwd: str, service: str, environ=None) -> str:
 def user_service_name(environ) -> str | None:
     """The service name the user set: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES
     (the spec's precedence, as the resource evlog builds has it)."""
-    name = environ.get("OTEL_SERVICE_NAME", "").strip()
-    if name:
-        return name
-    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, eq, value = item.partition("=")
-        if eq and key.strip() == "service.name" and value.strip():
-            from urllib.parse import unquote
+    from evlog.observed.resource import user_attributes
 
-            return unquote(value.strip())
-    return None
+    return user_attributes(environ).get("service.name", "").strip() or None
 
 
 def prepare(settings, environ, service: str):

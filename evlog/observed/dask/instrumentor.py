@@ -166,6 +166,15 @@ def _ignore_in_computation_code(on: bool) -> None:
         notices.warn_once("dask-code-ignore", f"Dask may record evlog's wrappers as the calling code: {exc!r}")
 
 
+def _remove_plugin(scheduler, name: str) -> None:
+    """Take evlog's SchedulerPlugin off ``scheduler`` (Scheduler.remove_plugin, the same from distributed
+    2024.11 to 2026.8); one that is gone already is left so."""
+    try:
+        scheduler.remove_plugin(name=name)
+    except ValueError:  # not among the scheduler's plugins
+        pass
+
+
 class DaskInstrumentor:
     """instrument() patches Dask's classes; uninstrument() restores them and detaches from live
     schedulers and workers. Both idempotent."""
@@ -218,7 +227,7 @@ class DaskInstrumentor:
 
         for rec in list(dask_scheduler._live):
             try:
-                rec.scheduler.plugins.pop(rec.name, None)
+                _remove_plugin(rec.scheduler, rec.name)
                 dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
                 dask_context.restore_graphs(rec.scheduler, getattr(rec, "graph_handlers", {}))
                 rec.readings.close()

@@ -51,7 +51,9 @@ def severity(levelno: int) -> int:
     return min(top + (levelno - base), top + 3)
 
 
-class _Bridge:
+class _Taker:
+    """Takes the records at ``level`` and above, from every logger but OpenTelemetry's and evlog's."""
+
     def __init__(self, level: int, capture_enabled: bool):
         self.level = level
         self.capture_enabled = capture_enabled
@@ -69,7 +71,7 @@ class _Bridge:
                 stream = console.logged(record, logger)
             self._emit(record, stream)
         except Exception as exc:
-            notices.warn_once("logging-bridge", f"a Python logging record could not be exported: {exc!r}")
+            notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
         finally:
             _inside.on = False
 
@@ -105,16 +107,16 @@ class _Bridge:
                  severity_text=_TEXT.get(record.levelname, record.levelname), body=body, attributes=attrs)
 
 
-_bridge: list = []
+_taker: list = []  # the _Taker while instrumented
 
 
 def _call_handlers(wrapped, instance, args, kwargs):
     try:
-        bridge = _bridge[0] if _bridge else None
-        if bridge is not None:
-            bridge.take(args[0], instance)
+        taker = _taker[0] if _taker else None
+        if taker is not None:
+            taker.take(args[0], instance)
     except Exception as exc:
-        notices.warn_once("logging-bridge", f"a Python logging record could not be exported: {exc!r}")
+        notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
     return wrapped(*args, **kwargs)
 
 
@@ -130,7 +132,7 @@ class LoggingInstrumentor:
         level = settings.python_logging
         if level is None or LoggingInstrumentor._original is not None:
             return
-        _bridge[:] = [_Bridge(level, settings.capture == "enabled")]
+        _taker[:] = [_Taker(level, settings.capture == "enabled")]
         LoggingInstrumentor._original = logging.Logger.__dict__["callHandlers"]
         wrapt.wrap_function_wrapper(logging.Logger, "callHandlers", _call_handlers)
 
@@ -140,4 +142,4 @@ class LoggingInstrumentor:
             return
         logging.Logger.callHandlers = original
         LoggingInstrumentor._original = None
-        _bridge.clear()
+        _taker.clear()
