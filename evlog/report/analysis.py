@@ -41,7 +41,7 @@ def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", co
     pools = groups.pools(spans)
     ranks = groups.ranks(spans, logs)
     meta = metadata(logs)
-    profile.attach(out_comps, comps, pools, logs)  # issue 31: the hottest functions per prefix, from the profile
+    profile.attach(out_comps, comps, pools, logs)  # the hottest functions per prefix, from the sampling profile
     advice = [a for c in out_comps for a in c["advice"]]
     advice += worker_advice(ws, comps)
     if pools:

@@ -148,7 +148,7 @@ def _computation(i: int, c: dict) -> str:
             for p, s in c["prefixes"].items()]
     out.append(_table(["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
                        "erred/retried"], rows, "prefixes", numeric={1}))
-    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _profiles(c["prefixes"])  # the sampling profile's hottest functions per prefix
     out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("<h3>Stragglers</h3>")
@@ -215,7 +215,7 @@ def render_html(rep: dict) -> str:
                 for fn, f in p["functions"].items()]
         parts.append('<section id="pools"><h2>Pools: time by function</h2>' + _table(
             ["function", "kind", "calls", "total", "median", "longest", "erred"], rows, "pools", numeric={2, 3, 4, 5, 6})
-            + "".join(_profiles(p["functions"]))  # issue 31
+            + "".join(_profiles(p["functions"]))  # the same per pool function
             + "".join(f"<p>straggler: {_e(_call(s))}{_e(s['function'])} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                       f"{_e(s['process'])} {_e(s['thread'])}</p>" for s in p["stragglers"][:20])
             + "".join(f"<details open><summary>failed: {_e(_call(f))}{_e(f['function'])} {_e(f['exception'])}: {_e(f['message'])}"

@@ -95,7 +95,7 @@ def _computation(c: dict) -> list[str]:
                      f"{s['erred']} erred, {s['retried']} retried, {_ts(s['erred_s'])}"
                      if s["erred"] or s["retried"] else "-"])
     out += _table(rows)
-    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _profiles(c["prefixes"])  # the sampling profile's hottest functions per prefix
     out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
@@ -169,7 +169,7 @@ def render_text(rep: dict) -> str:
         out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
                         [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]),
                           str(f["erred"])] for fn, f in p["functions"].items()])
-        out += _profiles(p["functions"])  # issue 31: the hottest functions per pool function
+        out += _profiles(p["functions"])  # the same per pool function
         for s in p["stragglers"][:10]:
             out.append(f"  straggler: {_call(s)}{s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                        f"{s['process']} {s['thread']} at {_t(s['start'])}".rstrip())

@@ -129,7 +129,7 @@ class Dashboard:
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
-            ("/api/profile", self._profile),  # issue 31: flame graphs (evlog/data/panels/flame.py)
+            ("/api/profile", self._profile),  # flame graphs (evlog/data/panels/flame.py)
             ("/api/fine", self._fine),  # Dask's fine performance metrics and spans (panels/fine_metrics.py)
         ):
             app.router.add_get(path, fn)

@@ -274,6 +274,6 @@ def install_metrics() -> None:
         "dask.scheduler.tasks", [_observe_tasks], unit="{task}", description="tasks known to the scheduler, by state"))
     _instruments.append(meter.create_observable_gauge(
         "dask.scheduler.workers", [_observe_workers], unit="{worker}", description="workers, by status"))
-    from evlog.observed.dask import gauges as dask_gauges  # memory per worker and tasks per prefix, Dask's own figures (issue 30)
+    from evlog.observed.dask import gauges as dask_gauges  # memory per worker and tasks per prefix, Dask's own figures
 
     dask_gauges.install(lambda: [rec.scheduler for rec in list(_live)])

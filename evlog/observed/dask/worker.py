@@ -35,7 +35,7 @@ from evlog.processors.registry import registry as _registry
 from evlog.observed.dask import context as dc
 from evlog.wire import dask as dx
 from evlog.observed.dask import spans as ds
-from evlog.observed.profiler import dask_enter as _profile_enter  # issue 31: the task profiler (which thread runs which span)
+from evlog.observed.profiler import dask_enter as _profile_enter  # the task profiler (which thread runs which span)
 from evlog.observed.profiler import leave as _profile_leave
 
 _attach, _detach = _ctx.attach, _ctx.detach
@@ -356,7 +356,7 @@ def run_task(wrapped, instance, args, kwargs):
         ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
         live = rec.started(key, ts, sc)
-        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # issue 31: profiler
+        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # the profiler samples this thread as this task's
     except Exception as exc:
         notices.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -365,7 +365,7 @@ def run_task(wrapped, instance, args, kwargs):
     finally:
         if token is not None:
             _detach(token)
-        top = _profile_leave(prof)  # issue 31: the task's hottest functions (evlog.profile.top), or None
+        top = _profile_leave(prof)  # the task's hottest functions (evlog.profile.top), or None
     try:
         rec.executed(key, ts, sc, parent, n0, msg, delay, live, top)
     except Exception as exc:

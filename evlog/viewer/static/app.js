@@ -132,7 +132,7 @@
       EV.refreshReport().catch(failed("report")),  // report.js
       EV.refreshConsole().catch(failed("console")),  // console.js
       EV.refreshProgress().catch(failed("progress")),
-      EV.refreshProfile().catch(failed("profile")),  // profile.js (issue 31)
+      EV.refreshProfile().catch(failed("profile")),  // profile.js: the flame graphs
       EV.refreshFine().catch(failed("fine")),  // fine.js: Dask's fine performance metrics and spans
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
