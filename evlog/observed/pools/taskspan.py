@@ -29,7 +29,7 @@ from evlog.observed.own_spans import RecordedSpan
 from evlog.observed.own_spans import consumers as _consumers
 from evlog.observed.own_spans import decide as _decide
 
-from evlog.wire.profile_records import Task as _Task  # issue 31: the task profiler
+from evlog.wire.profile_records import Task as _Task  # the task profiler
 from evlog.observed.profiler import enter as _profile_enter
 from evlog.observed.profiler import leave_span as _profile_leave
 
@@ -68,7 +68,7 @@ class TaskSpan(RecordedSpan):
         if self.end_time is not None:
             return
         self.end_time = end_time if end_time is not None else _time_ns()
-        top = _profile_leave(self.context.span_id)  # issue 31: the task's hottest functions, or None
+        top = _profile_leave(self.context.span_id)  # the task's hottest functions, or None
         if top is not None:
             self._own()["evlog.profile.top"] = top
         for p in _consumers():
@@ -90,7 +90,7 @@ def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
         return decided
     sc, psc, attributes = decided
     span = TaskSpan(name, sc, psc, scope, attributes, _time_ns())
-    # issue 31: the task profiler samples this thread until end(); its stacks are cut at the frame that calls the
+    # the task profiler samples this thread until end(); its stacks are cut at the frame that calls the
     # task (_context's Task.__call__ or a runner, which call this directly or through _context.begin)
     stop = _getframe(1)
     _profile_enter(_POOL, attributes.get("code.function.name") or name, sc.trace_id, sc.span_id,
