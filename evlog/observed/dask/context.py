@@ -17,7 +17,7 @@ sees the message:
   wrapped to take it off and keep it per key (``WorkerCarriers``), so the worker's TaskState gets
   the annotations Dask sent.
 
-A peer without evlog gets the carrier as an ordinary annotation (what evlog did before), never a
+A peer without evlog gets the carrier as an ordinary annotation, never a
 message it cannot read: nothing breaks in a mixed deployment.
 
 The message fields are Dask's private protocol; each hook is one small function here, checks what it
