@@ -26,24 +26,21 @@ _LAZY = {
 def configure(**overrides: object) -> bool:
     """Set evlog up in this process, in code: the same settings as the EVLOG_* variables.
 
-    Keyword arguments override the environment and the YAML file: run_dir, capture, consumers,
-    redact, dask_transitions, pool_spans, summary. Console capture starts only if ``capture`` is given.
-    Returns False if evlog was already set up in this process (or the SDK is disabled). When telemetry
-    goes to a run folder, says where on stderr (one line; not with summary=False).
+    Keyword arguments, named as the settings' YAML keys (run_dir, capture, consumers, redact,
+    dask_transitions, dask_trace_tasks, pool_spans, span_processors, summary, profile_interval), override
+    the environment and the YAML file; each is read as its variable would be (a list where the variable
+    takes a comma list), and a bad one is named in one line and replaced by its default. Console capture
+    starts only if ``capture`` is given. Returns False if evlog was already set up in this process (or the
+    SDK is disabled). When telemetry goes to a run folder, says where on stderr (one line; not with
+    summary=False).
     """
     from evlog import config
+    from evlog import notices
     from evlog.observed import boot
 
-    settings = config.load()
-    fixed = {}
-    for key, value in overrides.items():
-        if key == "consumers" and isinstance(value, str):
-            value = tuple(x.strip() for x in value.split(",") if x.strip() and x.strip() != "none")
-        elif key in ("consumers", "redact") and value is not None:
-            value = tuple(value)
-        fixed[key] = value
-    if fixed:
-        settings = settings.with_overrides(**fixed)
+    settings, problems = config.with_arguments(config.load(), overrides)
+    for p in problems:
+        notices.warn_once(f"config-{p}", p)
     return boot.start(settings, capture="capture" in overrides and settings.capture != "off", ready=_say_where)
 
 

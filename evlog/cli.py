@@ -98,10 +98,16 @@ def _msg(body: Any) -> str:
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
+    from evlog.data.panels.fine_metrics import dask_spans
+    from evlog.process_count import plus_exporters
+
     store, where = _open(args)
     s = store.summary()
+    spans = dask_spans(store)  # the Dask spans the program named (distributed.span)
     if args.json:
-        print(json.dumps({"source": where, **s}))
+        print(json.dumps({"source": where, **s, "dask_spans": [  # times in ns, as the summary's
+            {"id": x["id"], "name": x["name"], "start": round(x["start"] * 1e9), "end": round(x["end"] * 1e9),
+             "wall_s": x["wall_s"]} for x in spans]}))
         return 0
     span = ""
     if s["start"] and s["end"]:
@@ -112,11 +118,15 @@ def cmd_summary(args: argparse.Namespace) -> int:
         ("events", s["events"], ""),
         ("logs", s["logs"], ""),
         ("metric points", s["metric_points"], ""),
-        ("processes", s["processes"], f"({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})"),
+        ("processes", s["processes"], f"{plus_exporters(s['exporters'])} ({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})".lstrip()),
         ("traces", s["traces"], _computations(s.get("computations") or 0)),
     ):
         print(f"{label:<14}{value:>12,}  {note}".rstrip())
     print(f"{'time range':<14}{span or '-':>12}")
+    if spans:
+        print(f"{'Dask spans':<14}{len(spans):>12,}")
+        _table([["  " * (x["depth"] + 1) + x["label"], f"{x['wall_s']:,.3f} s", _when(int(x["start"] * 1e9))]
+                for x in spans])
     return 0
 
 
@@ -178,7 +188,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evlog.report.command import ReportError, run
 
     try:
-        return run(args.run_dir, args.db, args.format, args.output, RUNS, args.run)
+        return run(args.run_dir, args.db, args.format, args.output, RUNS, args.run, args.what_if or [])
     except ReportError as e:
         raise CLIError(str(e)) from None
 
@@ -202,12 +212,13 @@ def _url(host: str, port: int) -> str:
     return f"http://{h}:{port}/"
 
 
-def _wait_for_signal() -> None:
+def _stop_on_signal() -> threading.Event:
+    """An event SIGINT and SIGTERM set from now on: armed before the lines that tell a user (or a test)
+    the server is up, so a signal that follows them at once stops it cleanly."""
     stop = threading.Event()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.set())
-    while not stop.wait(3600):
-        pass
+    return stop
 
 
 # what each server command imports when it starts serving (the `view` extra), checked before it starts
@@ -219,15 +230,69 @@ def _need_view_extras(command: str) -> None:
     only once the server starts."""
     import importlib
 
+    from evlog.version import DISTRIBUTION
+
     for module in _VIEW_EXTRAS[command]:
         try:
             importlib.import_module(module)
         except ImportError as e:
-            raise CLIError(f"evlog {command} needs the viewer extras: pip install 'evlog[view]' ({e})") from None
+            raise CLIError(f"evlog {command} needs the viewer extras: pip install '{DISTRIBUTION}[view]' ({e})") from None
+
+
+def _serve_token(args: argparse.Namespace) -> str | None:
+    """The token of --token, or read once from --token-file; one clear message for a bad one."""
+    from evlog.data import bearer
+
+    if args.token_file is not None:
+        args.token = _read_token_file(args.token_file)
+        what = f"the token in --token-file {args.token_file}"
+    else:
+        what = "--token"
+    if args.token is None:
+        return None
+    problem = bearer.valid(args.token)
+    if problem:
+        raise CLIError(f"{what} {problem}")
+    return args.token
+
+
+def _read_token_file(path: str) -> str:
+    """The token in ``path``: a file its owner alone may read (0600 or stricter), not empty."""
+    import stat
+
+    try:
+        with open(path, "rb") as f:  # a pipe is fine too: --token-file <(pass show evlog)
+            mode = os.fstat(f.fileno()).st_mode
+            if mode & 0o077:
+                raise CLIError(f"--token-file {path} is open to its group or others (mode {stat.S_IMODE(mode):04o}); "
+                               f"make it its owner's alone: chmod 600 {path}")
+            raw = f.read(64 * 1024)
+    except OSError as e:
+        raise CLIError(f"cannot read --token-file {path}: {e.strerror or e}") from None
+    token = raw.decode("utf-8", "replace").strip()  # what is not a token's is named by bearer.valid
+    if not token:
+        raise CLIError(f"--token-file {path} is empty")
+    return token
+
+
+def _send_with(receiver: Any, args: argparse.Namespace) -> str:
+    """How to point an exporter at this server: its endpoints, and with a token, the header that carries it."""
+    from evlog.data import bearer
+
+    line = f"export with OTEL_EXPORTER_OTLP_ENDPOINT={receiver.grpc_endpoint}"
+    if args.token_file is not None:
+        encoded = bearer.encoded(args.token) != args.token
+        line += (" and OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token> (<token>: the contents of "
+                 f"{args.token_file}{', percent-encoded' if encoded else ''})")
+    elif args.token:
+        line += f" and OTEL_EXPORTER_OTLP_HEADERS={bearer.otlp_headers(args.token)}"
+    return (line + f" (or {receiver.http_endpoint} with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); "
+            "Ctrl+C to stop")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    _check_host(args.host, args.token)
+    token = _serve_token(args)
+    _check_host(args.host, token)
     _need_view_extras("serve")
     from evlog.data.receiver import ListenError, OTLPReceiver
     from evlog.viewer.server import Dashboard
@@ -237,7 +302,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     receiver = OTLPReceiver(lambda signal, rows: box["ingestor"].submit(signal, rows), host=args.host,
                             grpc_port=args.grpc_port, http_port=args.http_port, max_body=args.max_body,
                             extra_routes=lambda app: box["dash"].install(app), decode_proto=decode_for_store,
-                            notice=lambda text: print(f"evlog serve: {text}", file=sys.stderr, flush=True))
+                            notice=lambda text: print(f"evlog serve: {text}", file=sys.stderr, flush=True),
+                            token=token)
     try:
         receiver.check_ports()  # a taken port: one line, and no database made
     except ListenError as e:
@@ -248,7 +314,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except StoreError as e:
         raise CLIError(str(e)) from None
     ingestor = box["ingestor"] = Ingestor(store)
-    dash = box["dash"] = Dashboard(store, token=args.token, source=f"OTLP receiver, storing into {store.path}",
+    dash = box["dash"] = Dashboard(store, token=token, source=f"OTLP receiver, storing into {store.path}",
                                    extra_status=lambda: _receiver_status(receiver, ingestor))
     ingestor.listeners.append(dash.notify)
     try:
@@ -264,23 +330,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     pass
         raise CLIError(_listen_error(e) if isinstance(e, ListenError) else f"cannot listen: {e}") from None
     url = _url(args.host, receiver.http_port)
+    stop = _stop_on_signal()
     print(f"evlog serve: storing into {store.path}", flush=True)
-    print(f"evlog serve: OTLP/gRPC on {args.host}:{receiver.grpc_port}, OTLP/HTTP on {args.host}:{receiver.http_port}",
-          flush=True)
-    print(f"evlog serve: dashboard at {url}" + (" (it will ask for the token)" if args.token else ""), flush=True)
-    print(f"evlog serve: export with OTEL_EXPORTER_OTLP_ENDPOINT={receiver.grpc_endpoint} "
-          f"(or {receiver.http_endpoint} with OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf); Ctrl+C to stop",
-          flush=True)
+    print(f"evlog serve: OTLP/gRPC on {args.host}:{receiver.grpc_port}, OTLP/HTTP on {args.host}:{receiver.http_port}"
+          + (", taking exports that carry the token only" if token else ""), flush=True)
+    print(f"evlog serve: dashboard at {url}" + (" (it will ask for the token)" if token else ""), flush=True)
+    print(f"evlog serve: {_send_with(receiver, args)}", flush=True)
     try:
-        _wait_for_signal()
+        while not stop.wait(3600):
+            pass
     finally:
         receiver.stop()
         ingestor.close(timeout=30)
         dash.close()
         st = receiver.stats()
         print(f"evlog serve: stopped; stored {ingestor.stored['traces']:,} spans, {ingestor.stored['logs']:,} "
-              f"log records, {ingestor.stored['metrics']:,} metric points; {st['rejected']:,} requests rejected",
-              flush=True)
+              f"log records, {ingestor.stored['metrics']:,} metric points; {st['rejected']:,} requests rejected"
+              + (f", {st['refused']:,} refused for want of the token" if token else ""), flush=True)
         store.close()
     return 0
 
@@ -293,6 +359,7 @@ def _listen_error(e: Any) -> str:
 def _receiver_status(receiver: Any, ingestor: Any) -> dict:
     st = receiver.stats() if receiver is not None else {}
     return {"requests": sum(st.get("requests", {}).values()), "rejected": st.get("rejected", 0),
+            "refused": st.get("refused", 0),
             "sink_errors": st.get("sink_errors", 0), "pending_rows": ingestor.pending(),
             "refused_rows": ingestor.refused_rows, "write_errors": ingestor.write_errors}
 
@@ -315,8 +382,12 @@ def cmd_view(args: argparse.Namespace) -> int:
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))
     ingestor = Ingestor(store)
+    # how far the folder is read: "loading" until everything in it when `view` started is stored, then
+    # "live" (following the run) or "loaded"; read, total: bytes of its files (compressed ones as they are)
+    progress = {"state": "loading", "read": 0, "total": rf.bytes_total, "rows": 0}
     dash = Dashboard(store, token=args.token, source=f"run folder {rf.path}",
-                     extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count})
+                     extra_status=lambda: {"pending_rows": ingestor.pending(), "corrupt_lines": rf.problem_count,
+                                           "loading": {**progress, "pending_rows": ingestor.pending()}})
     ingestor.listeners.append(dash.notify)
     stop = threading.Event()
 
@@ -326,16 +397,23 @@ def cmd_view(args: argparse.Namespace) -> int:
             batches: list = []
             try:
                 batches = rf.poll()
+                progress.update(read=rf.bytes_read, total=rf.bytes_total, rows=rf.rows)
                 for sig, rows in batches:
                     ingestor.submit(sig, rows, timeout=None)
                 if rf.problems[shown:]:
                     shown = _report_problems(rf, shown)
             except Exception as e:  # the follower must not die silently: say why, keep going
                 _err(f"reading {rf.path}: {type(e).__name__}: {e}")
-            if not batches and not args.follow:
+            if batches or rf.moved:
+                continue
+            if progress["state"] == "loading":
+                while not ingestor.flush(1.0) and not stop.is_set():
+                    pass
+                progress["state"] = "live" if args.follow else "loaded"
+                dash.status_changed()
+            if not args.follow:
                 return
-            if not batches:
-                stop.wait(1.0)
+            stop.wait(1.0)
 
     follower = threading.Thread(target=follow, name="evlog-view-follow", daemon=True)
     follower.start()
@@ -410,6 +488,15 @@ def _size(v: str) -> int:
     return n
 
 
+def _shape(v: str):
+    from evlog.report.whatif_run import parse_shape
+
+    try:
+        return parse_shape(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evlog", description="Look at what evlog recorded: a live dashboard, "
                                 "an OTLP receiver with SQLite storage, and task stories and events on the console.")
@@ -437,7 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--http-port", type=_port, default=4318, help="OTLP/HTTP and dashboard port (default 4318)")
     s.add_argument("--grpc-port", type=_port, default=4317, help="OTLP/gRPC port (default 4317)")
     s.add_argument("--db", default=DEFAULT_DB, metavar="PATH", help=f"SQLite file (default ./{DEFAULT_DB})")
-    s.add_argument("--token", help="secret the page asks for; required with a non-loopback --host")
+    secret = s.add_mutually_exclusive_group()
+    secret.add_argument("--token", help="secret every OTLP export must carry (authorization: Bearer TOKEN) and "
+                        "the page asks for; required with a non-loopback --host")
+    secret.add_argument("--token-file", metavar="PATH", help="read the token from PATH (its owner's alone: "
+                        "mode 0600), so it is not on the command line")
     s.add_argument("--max-body", type=_size, default=32 << 20, metavar="SIZE",
                    help="largest export request accepted, e.g. 32M (default); larger gets 413")
     s.set_defaults(fn=cmd_serve)
@@ -465,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--run", metavar="ID", help="with --db: the run (its evlog.run.id) to report on (default: the newest)")
     rp.add_argument("--format", choices=("text", "json", "html"), default="text", help="text (default), json or html")
     rp.add_argument("-o", "--output", metavar="FILE", help="write to FILE (required for html; default stdout)")
+    rp.add_argument("--what-if", action="append", type=_shape, metavar="workers=N[,threads=T]",
+                    help="predict the Dask computations' time on N workers of T threads (default T: as "
+                    "recorded) by replaying the recorded graph; processes=N for process pools; repeatable")
     rp.set_defaults(fn=cmd_report)
     return p
 

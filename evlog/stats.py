@@ -47,9 +47,9 @@ def write_process_line(path: str | None = None, final: bool = True) -> None:
     path = path or os.environ.get("EVLOG_STATS_FILE")
     if not path:
         return
-    # Under a lock, marked written after the write: an export thread's progress line that took a delta
-    # and was cut short by the exporter process's os._exit lost that delta for the final line too (a
-    # million drops missing from a summary, about 1 CI pass in 6). Bounded: a line is never worth a hang.
+    # One line at a time, and a delta marked written only once it is in the file: a progress line cut
+    # short by the process's os._exit must leave its delta to the final line. The lock's wait is
+    # bounded: a line is never worth a hang.
     locked = _writing.acquire(timeout=2.0)
     try:
         now = dict(counters)

@@ -1,6 +1,8 @@
-"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows."""
+"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows, parse a
+run folder's line with the stock protobuf JSON parser."""
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -46,6 +48,25 @@ def run_instrumented(code: str | list[str], env: dict | None = None, timeout: fl
     return proc
 
 
+def start_instrumented(cmd: list[str], env: dict, log) -> subprocess.Popen:
+    """Start ``cmd`` (e.g. a `dask scheduler`) under evlog-instrument in a session of its own, its output to ``log``."""
+    return subprocess.Popen([PYTHON, "-m", "evlog.launcher"] + cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop_processes(procs: list, timeout: float = 30) -> None:
+    """SIGTERM each (a launcher passes it on), then wait; a session still there after ``timeout`` is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(10)
+
+
 def without_run_folder_notice(err: str) -> str:
     """stderr without the line evlog.configure() prints to say where its run folder is."""
     return "".join(line for line in err.splitlines(True)
@@ -86,4 +107,59 @@ def read_run_folder(path: str) -> dict:
             with open(f, encoding="utf-8") as fh:
                 for line in fh:
                     out[key].extend(fn(json.loads(line)))
+    return out
+
+
+ID_BYTES = {"trace_id": 16, "span_id": 8, "parent_span_id": 8}  # OTLP's id fields and their lengths
+
+
+def is_repeated(field) -> bool:
+    """A protobuf field descriptor's repeatedness, on every protobuf version pyproject allows."""
+    is_rep = getattr(field, "is_repeated", None)  # protobuf >= 5; `label` is gone in 7
+    return is_rep if is_rep is not None else field.label == field.LABEL_REPEATED
+
+
+def hex_ids_to_base64(obj, descriptor):
+    """What the otlpjsonfile receiver's unmarshaler accepts and the plain protobuf JSON mapping does not:
+    hex trace/span ids. Turn them into the mapping's base64 so json_format.Parse can read the line."""
+    from google.protobuf.descriptor import FieldDescriptor as FD
+
+    fields = {f.json_name: f for f in descriptor.fields}
+    out = {}
+    for key, value in obj.items():
+        field = fields[key]
+        if field.type == FD.TYPE_MESSAGE:
+            if is_repeated(field):
+                value = [hex_ids_to_base64(v, field.message_type) for v in value]
+            else:
+                value = hex_ids_to_base64(value, field.message_type)
+        elif field.type == FD.TYPE_BYTES and field.name in ID_BYTES:
+            value = base64.b64encode(bytes.fromhex(value)).decode()
+        out[key] = value
+    return out
+
+
+def gzip_members(lines: list[bytes], per: int = 3, cut: bool = True) -> list[bytes]:
+    """gzip members of ``per`` lines each, as a run folder's writer makes one per flush; with ``cut``, the
+    second member ends in the middle of a line, whose rest opens the third."""
+    import gzip
+
+    data = [b"".join(lines[i:i + per]) for i in range(0, len(lines), per)]
+    if cut and len(data) >= 3:
+        half = len(data[1]) - 10
+        data[1], data[2] = data[1][:half], data[1][half:] + data[2]
+    return [gzip.compress(d, compresslevel=1, mtime=0) for d in data]
+
+
+def gzip_run_folder(src: str, dst: str, per: int = 3, cut: bool = True) -> dict[str, list[bytes]]:
+    """Each ``*.jsonl`` of ``src`` as ``dst/<name>.gz`` in members (gzip_members); returns {gz path: members}."""
+    os.makedirs(dst, exist_ok=True)
+    out = {}
+    for path in sorted(glob.glob(os.path.join(src, "*.jsonl"))):
+        with open(path, "rb") as f:
+            members = gzip_members(f.readlines(), per, cut)
+        target = os.path.join(dst, os.path.basename(path) + ".gz")
+        with open(target, "wb") as f:
+            f.write(b"".join(members))
+        out[target] = members
     return out

@@ -350,7 +350,7 @@ def test_serve_and_view_without_the_view_extra_say_what_to_install(run, tmp_path
     proc = subprocess.run([sys.executable, "-m", "evlog.cli", *argv], env=env, cwd=tmp_path, capture_output=True,
                           timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 1 and proc.stdout == b""
-    assert proc.stderr.decode() == (f"evlog: evlog {command} needs the viewer extras: pip install 'evlog[view]' "
+    assert proc.stderr.decode() == (f"evlog: evlog {command} needs the viewer extras: pip install 'evlog-otel[view]' "
                                     "(No module named 'aiohttp')\n")
 
 

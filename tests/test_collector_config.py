@@ -762,6 +762,9 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2  # noqa: E402
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2  # noqa: E402
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # noqa: E402
 
+from helpers import ID_BYTES, hex_ids_to_base64  # noqa: E402
+from helpers import is_repeated as _repeated  # noqa: E402
+
 REQUESTS = {
     "traces": ("resourceSpans", trace_service_pb2.ExportTraceServiceRequest),
     "logs": ("resourceLogs", logs_service_pb2.ExportLogsServiceRequest),
@@ -769,12 +772,6 @@ REQUESTS = {
 }
 INT64_TYPES = {FD.TYPE_INT64, FD.TYPE_UINT64, FD.TYPE_FIXED64, FD.TYPE_SFIXED64, FD.TYPE_SINT64}
 INT32_TYPES = {FD.TYPE_INT32, FD.TYPE_UINT32, FD.TYPE_FIXED32, FD.TYPE_SFIXED32, FD.TYPE_SINT32}
-ID_BYTES = {"trace_id": 16, "span_id": 8, "parent_span_id": 8}
-
-
-def _repeated(field) -> bool:
-    is_repeated = getattr(field, "is_repeated", None)  # protobuf >= 5; `label` is gone in 7
-    return is_repeated if is_repeated is not None else field.label == FD.LABEL_REPEATED
 
 
 def otlp_json_problems(obj, descriptor, path="") -> list[str]:
@@ -823,24 +820,6 @@ def otlp_json_problems(obj, descriptor, path="") -> list[str]:
                 if not (isinstance(v, (int, float)) and not isinstance(v, bool) or v in ("NaN", "Infinity", "-Infinity")):
                     problems.append(f"{w}: number expected, got {v!r}")
     return problems
-
-
-def hex_ids_to_base64(obj, descriptor):
-    """What the otlpjsonfile receiver's unmarshaler accepts and the plain protobuf JSON mapping does not:
-    hex trace/span ids. Turn them into the mapping's base64 so json_format.Parse can read the line."""
-    fields = {f.json_name: f for f in descriptor.fields}
-    out = {}
-    for key, value in obj.items():
-        field = fields[key]
-        if field.type == FD.TYPE_MESSAGE:
-            if _repeated(field):
-                value = [hex_ids_to_base64(v, field.message_type) for v in value]
-            else:
-                value = hex_ids_to_base64(value, field.message_type)
-        elif field.type == FD.TYPE_BYTES and field.name in ID_BYTES:
-            value = base64.b64encode(bytes.fromhex(value)).decode()
-        out[key] = value
-    return out
 
 
 def check_run_folder_line(signal: str, line: str):

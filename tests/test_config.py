@@ -1,6 +1,8 @@
 """Settings: EVLOG_* variables, the YAML file, OTEL_* exporter choice; every bad value named, never raised."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
@@ -153,10 +155,30 @@ def test_sdk_numbers_fall_back_to_their_default_one_message_each():
     assert n["OTEL_BSP_EXPORT_TIMEOUT"] == 2500, "a good value is the user's"
 
 
-def test_malformed_yaml_names_the_file_and_line(tmp_path):
-    (tmp_path / "evlog.yaml").write_text("capture: enabled\nconsumers: [wsat\n")
+@pytest.mark.parametrize("text, line", [
+    ("capture: [enabled\n", 1),  # PyYAML notices the open bracket at the end of the file, line 2
+    ("capture: 'enabled\n", 1),
+    ("capture enabled\nconsumers: [wsat]\n", 1),  # the key's missing ':' is noticed at line 2's ':'
+    ("capture: enabled: yes\n", 1),
+    ("capture: enabled\nconsumers: [wsat\n", 2),
+    ("capture: enabled\nconsumers: [wsat\nredact: x\n", 2),
+    ("capture: enabled\nconsumers enabled\nredact: x\n", 2),
+    ("capture: enabled\nconsumers: wsat\n\tredact: x\n", 3),
+    ("- enabled\ncapture: enabled\n", 2),
+])
+def test_malformed_yaml_names_the_file_and_the_line_of_the_fault(tmp_path, text, line):
+    (tmp_path / "evlog.yaml").write_text(text)
     s = config.load({}, cwd=str(tmp_path))
-    assert len(s.problems) == 1 and "evlog.yaml, line" in s.problems[0] and "malformed YAML" in s.problems[0]
+    assert len(s.problems) == 1 and s.problems[0].startswith(f"{tmp_path / 'evlog.yaml'}, line {line}: malformed YAML ("), \
+        s.problems
+    assert s.capture == "metadata"
+
+
+def test_a_yaml_value_its_tag_cannot_make_is_named_by_its_line(tmp_path):
+    (tmp_path / "evlog.yaml").write_text("capture: enabled\nconsumers: !!int wsat\n")
+    s = config.load({}, cwd=str(tmp_path))
+    assert s.problems == (f"{tmp_path / 'evlog.yaml'}, line 2: a value YAML cannot make (invalid literal for int() "
+                          "with base 10: 'wsat'); using defaults",)
     assert s.capture == "metadata"
 
 
@@ -198,11 +220,10 @@ def test_disabled_instrumentations_accept_both_spellings():
 
 
 @hsettings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.sampled_from(["EVLOG_CAPTURE", "EVLOG_CONSUMERS", "EVLOG_REDACT", "EVLOG_SUMMARY",
-                                        "EVLOG_DASK_TRANSITIONS", "EVLOG_RUN_DIR", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                                        "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED",
-                                        "EVLOG_POOL_SPANS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
-                                        *config.SDK_NUMBERS]),
+@given(st.dictionaries(st.sampled_from([*(s.variable for s in config.SETTINGS if s.parse),
+                                        "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL",
+                                        "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_TRACES_SAMPLER",
+                                        "OTEL_TRACES_SAMPLER_ARG", *config.SDK_NUMBERS]),
                        st.text(max_size=30)))
 def test_any_variable_values_give_settings_never_an_exception(env):
     s = config.load(env, cwd="/nonexistent")
@@ -289,3 +310,78 @@ def test_span_processors_take_module_attribute_names_and_name_the_others():
                           "got 'bad'; ignoring it",)
     s = config.load({"EVLOG_SPAN_PROCESSORS": ""})
     assert s.span_processors == () and not s.problems
+
+
+# -- one declaration per setting: load, evlog.configure() and the README read it ------------------------
+
+def test_an_argument_of_configure_is_read_as_its_variable_is_and_a_bad_one_named_once():
+    for name, bad in [("capture", "bogus"), ("consumers", "foo,bar"), ("summary", "maybe"), ("pool_spans", "batch"),
+                      ("dask_trace_tasks", -3), ("profile_interval", "fast"), ("run_dir", 7)]:
+        variable = config.BY_NAME[name].variable
+        from_env = config.load({variable: bad}, cwd="/nonexistent")
+        settings, problems = config.with_arguments(config.load({}, cwd="/nonexistent"), {name: bad})
+        assert len(from_env.problems) == 1 and problems == [
+            from_env.problems[0].replace(f"{variable}: ", f"evlog.configure({name}=...): ", 1)], (problems, from_env)
+        assert getattr(settings, name) == getattr(from_env, name) == config.BY_NAME[name].default
+    settings, problems = config.with_arguments(config.load({"EVLOG_CAPTURE": "enabled"}, cwd="/nonexistent"),
+                                               {"capture": "Off", "consumers": ["WSAT", "mem"], "redact": "secret"})
+    assert (settings.capture, settings.consumers, settings.redact, problems) == ("off", ("wsat", "mem"), ("secret",), [])
+
+
+def test_configure_names_an_unknown_argument_and_one_its_variable_alone_sets():
+    settings, problems = config.with_arguments(config.load({}, cwd="/nonexistent"),
+                                               {"captur": "enabled", "spool_limit": "2G", "summary": False})
+    assert problems == ["evlog.configure: unknown setting 'captur' (did you mean 'capture'?); ignoring it",
+                        "evlog.configure: spool_limit is read from EVLOG_SPOOL_LIMIT only; ignoring it"]
+    assert settings.capture == "metadata" and settings.spool_limit == 1 << 30 and settings.summary is False
+
+
+def test_configure_with_a_bad_capture_mode_says_so_once_and_the_program_runs_on_the_default(tmp_path):
+    code = ("import evlog\nfrom evlog import config\n"
+            f"started = evlog.configure(capture='bogus', run_dir={str(tmp_path / 'run')!r}, consumers='none', "
+            "summary=False)\n"
+            "print(started, config.get().capture, flush=True)\n")
+    proc = subprocess.run([PYTHON, "-c", code], env=evlog_env(), capture_output=True, timeout=60, cwd=tmp_path)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0 and proc.stdout == b"True metadata\n", err
+    assert [line for line in err.splitlines() if line.startswith("evlog:")] == [
+        "evlog: evlog.configure(capture=...): unknown capture mode 'bogus' (expected one of enabled, metadata, "
+        "disabled, off); using metadata"], err
+
+
+def test_each_setting_is_declared_once_and_the_default_it_shows_is_the_default_it_has():
+    assert len({s.name for s in config.SETTINGS}) == len({s.variable for s in config.SETTINGS}) == len(config.SETTINGS)
+    assert all(s.variable.startswith("EVLOG_") and s.help and s.shown for s in config.SETTINGS)
+    for s in config.SETTINGS:
+        assert s.default is None or isinstance(s.default, s.type), s.name
+        assert config.Settings.FIELDS[s.name] == s.default, s.name
+        shown = s.shown.strip("`")
+        if s.parse is not None and s.shown == f"`{shown}`":  # one value, as a variable would be set to it
+            assert s.parse(shown, None) == pytest.approx(s.default), s.name
+
+
+def test_spool_limit_takes_a_size_and_names_a_bad_one():
+    assert config.load({"EVLOG_SPOOL_LIMIT": "512M"}, cwd="/nonexistent").spool_limit == 512 << 20
+    assert config.load({"EVLOG_SPOOL_LIMIT": "4096"}, cwd="/nonexistent").spool_limit == 4096
+    assert config.load({"EVLOG_SPOOL_LIMIT": ""}, cwd="/nonexistent").spool_limit == 1 << 30
+    for bad in ("lots", "-1G", "inf"):
+        s = config.load({"EVLOG_SPOOL_LIMIT": bad}, cwd="/nonexistent")
+        assert s.spool_limit == 1 << 30 and s.problems == (
+            f"EVLOG_SPOOL_LIMIT: expected a size like 512M or 2G, got {bad!r}; using 1G",)
+    assert config.from_variable("spool_limit", {"EVLOG_SPOOL_LIMIT": "lots"}) == 1 << 30  # quietly
+    assert config.from_variable("spool_limit", {"EVLOG_SPOOL_LIMIT": "2K"}) == 2048
+
+
+_ARGUMENT_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                   max_size=3),
+    max_leaves=6)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from([s.name for s in config.SETTINGS] + ["nope"]), _ARGUMENT_VALUES))
+def test_any_configure_arguments_give_settings_never_an_exception(arguments):
+    settings, problems = config.with_arguments(config.load({}, cwd="/nonexistent"), arguments)
+    assert settings.capture in config.CAPTURE_MODES and settings.pool_spans in config.POOL_SPANS
+    assert all(isinstance(p, str) and p.startswith("evlog.configure") for p in problems)

@@ -152,7 +152,7 @@ def test_two_runs_on_one_serve_are_shown_one_at_a_time_or_side_by_side(tmp_path,
         # its 23 Dask executions, 2 workers, nothing of the pool; its report, its bytes held
         browser.wait_js("EV.gantt.data.total === 23", what="the first run's 23 Dask executions")
         browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded') && "
-                        "document.getElementById('report').textContent.includes('map inc-')", what="its report")
+                        "document.getElementById('report').textContent.includes('map inc (20 tasks)')", what="its report")
         assert "__main__.f" not in browser.js("document.getElementById('report').textContent")
         browser.wait_js("document.querySelector('[data-plot=\"evlog.bytes.allocated\"] h3').textContent.startsWith('Bytes held')",
                         what="the bytes plot's title of a Dask run")

@@ -112,11 +112,11 @@ def test_machine_plots_have_a_sample_at_the_runs_start_and_end(view, browser):
     assert r0 < t0 and r1 > t1 and browser.js("document.getElementById('range-run').classList.contains('on')")
     for name in ("system.cpu.load_average.1m", "evlog.memory.free_fraction"):
         p = plots[name]
-        [run] = [s for s in p["series"] if " exporter " in s["label"]]  # the exporter process's samples
-        xs = [x for x, v in zip(p["x"], run["values"]) if v is not None]
-        assert len(xs) == 2, xs
-        assert xs[0] < min(b[0] for b in bars) and xs[1] > max(b[1] for b in bars)  # before and after the tasks
-        assert (r0, r1) == pytest.approx((xs[0], xs[1]), abs=0.01)  # "whole run" covers the run
+        [host] = p["series"]  # the machine's figure, once: the exporter's start and end samples among its own
+        xs = [x for x, v in zip(p["x"], host["values"]) if v is not None]
+        assert len(xs) >= 3, xs
+        assert xs[0] < min(b[0] for b in bars) and xs[-1] > max(b[1] for b in bars)  # before and after the tasks
+        assert (r0, r1) == pytest.approx((xs[0], xs[-1]), abs=0.01)  # "whole run" covers the run
     mem = plots["evlog.memory.free_fraction"]
     assert all(0 < v <= 1 for s in mem["series"] for v in s["values"] if v is not None)
     click_element(browser, "#range-tasks")
@@ -130,8 +130,10 @@ def test_plots_share_the_gantts_time_range_and_zoom(view, browser):
     assert ranges["evlog.worker.saturation"] == pytest.approx([t0, t1])
     assert all(r == pytest.approx([t0, t1]) for r in ranges.values()), ranges
     # a drag across a plot zooms the Gantt and every plot to it
-    box = browser.js("""(() => { const o = document.querySelector('[data-plot="evlog.worker.saturation"] .u-over')
-        .getBoundingClientRect(); return {x: o.left, y: o.top, w: o.width, h: o.height}; })()""")
+    box = browser.js("""(() => { const e = document.querySelector('[data-plot="evlog.worker.saturation"] .u-over');
+        e.scrollIntoView({block: 'center'});  // mouse events go to the viewport: the plot must be in it
+        return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => { const o = e.getBoundingClientRect();
+          ok({x: o.left, y: o.top, w: o.width, h: o.height}); }))); })()""")
     y = box["y"] + box["h"] / 2
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=box["x"] + box["w"] * 0.25, y=y)
     browser.cmd("Input.dispatchMouseEvent", type="mousePressed", x=box["x"] + box["w"] * 0.25, y=y, button="left", clickCount=1)
@@ -198,11 +200,13 @@ def test_memory_per_worker_is_dasks_managed_unmanaged_and_spilled(view, browser)
     unmanaged = [v for s in mem["series"] if s["label"] == "unmanaged" for v in s["values"] if v is not None]
     assert min(unmanaged) > 10_000_000  # a Python process with Dask imported
     assert all(v == 0 for s in mem["series"] if s["label"] == "spilled" for v in s["values"] if v is not None)
-    # drawn: per worker, the three stacked
-    legend = browser.js("Array.from(document.querySelectorAll('[data-plot=\"dask.worker.memory\"] .worker-plot'))"
-                        ".map(w => [w.dataset.worker, Array.from(w.querySelectorAll('.u-legend .u-series'))"
-                        ".slice(1).map(s => s.querySelector('.u-label').textContent)])")
-    assert legend == [[w, ["spilled", "unmanaged", "managed"]] for w in workers]
+    # drawn: per worker, the three stacked, one small chart each; one legend for them all
+    charts = browser.js("Array.from(document.querySelectorAll('[data-plot=\"dask.worker.memory\"] .worker-plot'))"
+                        ".map(w => [w.dataset.worker, w.querySelectorAll('.uplot').length, w.querySelectorAll('.u-legend').length])")
+    assert charts == [[w, 1, 0] for w in workers]
+    legend = browser.js("Array.from(document.querySelectorAll('[data-plot=\"dask.worker.memory\"] .legend span'))"
+                        ".map(s => s.textContent)")
+    assert legend == ["managed", "unmanaged", "spilled"]
     test_dashboard_gantt.no_exceptions(browser)
 
 
@@ -211,10 +215,15 @@ def test_the_worker_selector_and_legends_list_each_worker_once(view, browser):
     workers = sorted({x["worker"] for x in browser.js("EV.gantt.data.lanes")})
     options = browser.js("Array.from(document.getElementById('worker').options).map(o => o.value)")
     assert options == [""] + workers
-    for name in ("system.cpu.load_average.1m", "evlog.memory.free_fraction"):
+    hosts = sorted({p["host"] for p in browser.js("EV.api('api/overview')")["processes"]})
+    assert len(hosts) == 1
+    for name in ("system.cpu.load_average.1m", "evlog.memory.free_fraction"):  # the machine's figures: once per host
         labels = browser.js(f"Array.from(document.querySelectorAll('[data-plot=\"{name}\"] .u-legend .u-series'))"
                             ".slice(1).map(s => s.querySelector('.u-label').textContent)")
-        assert len(labels) == len(set(labels)) and all(labels.count(w) == 1 for w in workers), labels
+        assert labels == hosts, labels
+    labels = browser.js("Array.from(document.querySelectorAll('[data-plot=\"evlog.bytes.allocated\"] .u-legend .u-series'))"
+                        ".slice(1).map(s => s.querySelector('.u-label').textContent)")
+    assert labels == workers  # a figure per worker: each worker once
     # picking a worker narrows the Gantt to its lanes
     browser.js(f"(() => {{ const s = document.getElementById('worker'); s.value = {workers[1]!r}; "
                "s.dispatchEvent(new Event('change')); })()")

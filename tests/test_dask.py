@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,8 @@ import time
 import pytest
 
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import start_instrumented as _start
+from helpers import stop_processes as _stop
 from receiver import CollectingReceiver
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -291,23 +292,6 @@ if __name__ == "__main__":
 '''
 
 
-def _start(cmd, env, log):
-    return subprocess.Popen([PYTHON, "-m", "evlog.launcher"] + cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-
-
-def _stop(procs, timeout=30):
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(10)
-
-
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
     """`dask scheduler` + 2 `dask worker` (with nannies) under evlog-instrument, one run folder; an evlog
@@ -535,6 +519,35 @@ def test_uninstrument_restores_dask_and_instrument_again_resumes(tmp_path):
     for phase in ("on", "again"):
         assert ("dask.task", phase) in keys and ("dask.execute", phase) in keys
     assert not {k for k in keys if k[1] == "off"}
+
+
+DETACH_APP = r'''
+import json, sys
+import evlog
+evlog.configure(run_dir=sys.argv[1], consumers="none", summary=False)
+from distributed import Client, LocalCluster
+from evlog.observed import boot
+
+def inc(x):
+    return x + 1
+
+with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+        Client(cluster) as client:
+    before = sorted(cluster.scheduler.plugins)
+    boot.active_instrumentors()["dask"].uninstrument()
+    after = sorted(cluster.scheduler.plugins)
+    result = client.gather(client.map(inc, range(3)))
+print(json.dumps({"before": before, "after": after, "result": result}))
+'''
+
+
+def test_uninstrument_takes_evlogs_plugin_off_a_running_scheduler(tmp_path):
+    proc = subprocess.run([PYTHON, _write(tmp_path, "app.py", DETACH_APP), str(tmp_path / "run")], env=evlog_env(),
+                          capture_output=True, timeout=120)
+    out = _output(proc)
+    assert "evlog-telemetry" in out["before"] and out["after"] == [p for p in out["before"] if p != "evlog-telemetry"]
+    assert out["result"] == [1, 2, 3]
+    assert not [line for line in proc.stderr.decode().splitlines() if line.startswith("evlog:")], proc.stderr
 
 
 FORK_APP = r'''

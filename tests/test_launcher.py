@@ -92,7 +92,7 @@ def test_summary_says_how_to_get_the_viewer_when_it_is_not_installed(tmp_path):
                           capture_output=True, timeout=120)
     [run] = (tmp_path / "evlog-runs").iterdir()
     assert proc.returncode == 0
-    assert f"see them with: python -m pip install 'evlog[view]' && evlog view evlog-runs/{run.name}" \
+    assert f"see them with: python -m pip install 'evlog-otel[view]' && evlog view evlog-runs/{run.name}" \
         in proc.stderr.decode(), proc.stderr
 
 
@@ -339,6 +339,24 @@ def test_configure_in_code_without_the_launcher(tmp_path):
     assert span["name"] == "in-code" and span["resource"]["service.name"] == "python"
 
 
+def test_an_instrumentation_whose_evlog_module_is_missing_is_named_and_the_program_runs(tmp_path):
+    """A broken install (an instrumentor's module gone) says which instrumentation did not start."""
+    code = f"""
+    from evlog.observed import targets
+    targets.TARGETS["wave"] = ("wave", "evlog.observed.not_there:WaveInstrumentor")
+    import evlog
+    evlog.configure(run_dir={str(tmp_path / 'r')!r}, consumers="none", summary=False)
+    import wave
+    print("ran", flush=True)
+    """
+    proc = subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=evlog_env(), capture_output=True, timeout=60)
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0 and proc.stdout == b"ran\n", err
+    assert [line for line in err.splitlines() if line.startswith("evlog:")] == [
+        "evlog: the wave instrumentation could not start: ModuleNotFoundError(\"No module named "
+        "'evlog.observed.not_there'\")"], err
+
+
 def test_otel_traces_exporter_file_without_a_run_dir_means_the_run_folder(tmp_path):
     """README: `file` is the run folder; without EVLOG_RUN_DIR it is made where the default one would be."""
     code = "from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass"
@@ -399,3 +417,66 @@ def test_os_exit_in_any_process_kind_keeps_what_it_made(tmp_path, how):
     else:
         assert proc.returncode == 0 and b"child exit 0" in proc.stdout, err
         assert names.count("child") == 4, (names, err)
+
+
+SCHEDULER_TWICE = """
+from distributed import Client, LocalCluster
+from opentelemetry import trace
+
+def inc(x):
+    return x + 1
+
+if __name__ == "__main__":
+    # a span exported before this process becomes the scheduler: its resource then gains dask.role, so
+    # the process has two resources in the data (one process, counted once)
+    trace.get_tracer("app").start_span("before the cluster").end()
+    getattr(trace.get_tracer_provider(), "force_flush", lambda: None)()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \\
+            Client(cluster) as client:
+        print(sum(client.gather(client.map(inc, range(20)))))
+"""
+
+
+def test_the_summary_and_evlog_summary_count_the_same_processes_each_once(tmp_path):
+    """The scheduler's process with two resources, the 2 workers (two resources each, when they export
+    before they know their role), and multiprocessing's resource tracker (counted when it lived long
+    enough to export its gauges): each process once, the exporter process apart, in the launcher's
+    summary, `evlog summary` and the dashboard's overview."""
+    import json
+    import re
+
+    from evlog.data.panels.overview import overview
+    from evlog.data.run_reader import RunFolder
+    from evlog.data.store import Store
+
+    script = _write(tmp_path, "app.py", SCHEDULER_TWICE)
+    run = tmp_path / "run"
+    proc = run_instrumented([PYTHON, str(script)], env=evlog_env(EVLOG_RUN_DIR=run), timeout=180, check=True)
+    assert proc.stdout.strip() == b"210", proc.stdout
+    err = proc.stderr.decode()
+    said = re.search(r" metric points from (\d+) processes( \+ evlog's exporter)? -> ", err)
+    assert said, err
+    data = read_run_folder(str(run))
+    resources = {json.dumps(r["resource"], sort_keys=True): r["resource"]
+                 for s in ("spans", "logs", "metrics") for r in data[s]}.values()
+    program = [r for r in resources if r.get("evlog.process.role") != "exporter"]
+    (main_pid,) = {r["process.pid"] for r in program if r.get("dask.role") == "scheduler"}
+    assert len([r for r in program if r["process.pid"] == main_pid]) == 2, program  # the case under test
+    assert len({r["process.pid"] for r in program if r.get("dask.role") == "worker"}) == 2, program
+    pids = {r["process.pid"] for r in program}
+    assert len(pids) < len(program) and len(pids) >= 3, program
+    assert (int(said.group(1)), bool(said.group(2))) == (len(pids), True), (said.group(0), pids)
+    cli = subprocess.run([PYTHON, "-m", "evlog.cli", "summary", str(run), "--json"], capture_output=True, timeout=120,
+                         env=evlog_env())
+    assert cli.returncode == 0, cli.stderr
+    counted = json.loads(cli.stdout)
+    assert (counted["processes"], counted["exporters"]) == (len(pids), 1), (counted, pids)
+    text = subprocess.run([PYTHON, "-m", "evlog.cli", "summary", str(run)], capture_output=True, timeout=120,
+                          env=evlog_env()).stdout.decode()
+    assert re.search(rf"^processes\s+{len(pids)}  \+ evlog's exporter \(1 host\)$", text, re.M), text
+    # the dashboard's header counts and its run selector
+    store = Store(None)
+    RunFolder(str(run)).load_into(store)
+    page = overview(store, None, store, str(run))
+    assert (page["summary"]["processes"], page["summary"]["exporters"]) == (len(pids), 1), page["summary"]
+    assert [r["processes"] for r in page["runs"]] == [len(pids)], page["runs"]

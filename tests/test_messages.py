@@ -6,7 +6,9 @@
   database left behind (a database it makes is readable by its user alone);
 - `evlog.configure()` says where it writes its run folder;
 - `evlog story KEY` shows the exception text that `evlog report` shows, and names the worker's process
-  as the other rows do (service, role, pid@host), not by its address alone.
+  as the other rows do (service, role, pid@host), not by its address alone;
+- OTLP over http/json, which the Python exporters cannot send: one line for all signals, and the
+  telemetry goes over http/protobuf.
 """
 from __future__ import annotations
 
@@ -127,3 +129,29 @@ def test_story_shows_the_exception_text_of_the_report_and_names_the_workers_proc
     report = evlog("report", str(folder))
     assert re.search(r"\[exception\]\s+ValueError\('bad input 42'\)\s+" + re.escape(w["worker"]) + r"\s+"
                      + re.escape(f"app worker {w['pid']}@{w['host']}"), report), report
+
+
+HTTP_JSON = "evlog: http/json is not supported by the Python OTLP exporters; using http/protobuf for {}"
+
+
+def test_http_json_is_said_once_for_logs_and_metrics_which_go_as_protobuf_and_spans_go_as_json(otlp_receiver):
+    program = ("import subprocess, sys\nfrom opentelemetry import trace\n"
+               "with trace.get_tracer('t').start_as_current_span('parent'):\n"
+               "    subprocess.run([sys.executable, '-c', \"from opentelemetry import trace; "
+               "trace.get_tracer('t').start_span('child').end()\"], check=True)\n")
+    proc = run_instrumented(program, env=evlog_env(otlp_receiver.env("http/json")), timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    said = [line for line in proc.stderr.decode().splitlines() if line.startswith("evlog: http/json")]
+    assert said == [HTTP_JSON.format("logs and metrics")], proc.stderr.decode()
+    otlp_receiver.wait_for(lambda: {"parent", "child"} <= {s["name"] for s in otlp_receiver.spans()}, timeout=60)
+
+
+def test_http_json_for_some_signals_names_those():
+    from evlog import config
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_LOGS_PROTOCOL": "http/json"}
+    s = config.load(env, cwd="/nonexistent")
+    assert s.problems == (HTTP_JSON.format("logs").removeprefix("evlog: "),)
+    assert s.exporters.protocol == {"traces": "http/protobuf", "metrics": "http/protobuf", "logs": "http/protobuf"}
+    env["OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"] = "http/json"
+    assert config.load(env, cwd="/nonexistent").problems == (HTTP_JSON.format("logs and metrics").removeprefix("evlog: "),)

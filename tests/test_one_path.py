@@ -150,9 +150,9 @@ def test_no_process_of_the_program_holds_grpc_protobuf_or_an_exporter():
     assert list(res["workers"].values()) == [[]], res
 
 
-def test_importing_asyncio_loads_no_sdk():
+def test_importing_asyncio_loads_no_sdk_grpc_or_protobuf():
     code = "import asyncio, sys; print('RESULT ' + __import__('json').dumps(sorted(m for m in sys.modules " \
-           "if m.startswith('opentelemetry.sdk'))))"
+           "if m.startswith(('opentelemetry.sdk', 'grpc', 'google.protobuf')))))"
     proc = run_instrumented([PYTHON, "-c", code], env=evlog_env(EVLOG_SUMMARY="false"), timeout=60)
     assert _json_line(proc) == [], proc.stdout.decode()
 

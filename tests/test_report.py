@@ -99,14 +99,15 @@ def report(run):
     return json.loads(p.stdout)
 
 
-def computation(report: dict, name: str) -> dict:
-    found = [c for c in report["computations"] if c["name"].startswith(name)]
-    assert len(found) == 1, [c["name"] for c in report["computations"]]
+def computation(report: dict, key: str) -> dict:
+    """The computation of the client call whose (first) key is ``key``."""
+    found = [c for c in report["computations"] if c["key"] == key]
+    assert len(found) == 1, [(c["name"], c["key"]) for c in report["computations"]]
     return found[0]
 
 
 def test_the_chain_and_the_final_task_are_the_critical_path(report):
-    c = computation(report, "get final-0")
+    c = computation(report, "final-0")
     assert c["tasks"] == 35
     path = c["critical_path"]
     assert [r["key"] for r in path] == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
@@ -119,7 +120,7 @@ def test_the_chain_and_the_final_task_are_the_critical_path(report):
 
 
 def test_the_one_slow_task_of_forty_is_the_straggler(report):
-    c = computation(report, "map work-0")
+    c = computation(report, "work-0")
     assert c["prefixes"]["work"]["count"] == 40
     s = c["stragglers"][0]
     assert s["key"] == "work-17" and s["prefix"] == "work"
@@ -130,7 +131,7 @@ def test_the_one_slow_task_of_forty_is_the_straggler(report):
 
 
 def test_the_failing_task_is_a_failure_with_its_erred_transition(report):
-    c = computation(report, "submit boom-0")
+    c = computation(report, "boom-0")
     [f] = c["failures"]
     assert f["key"] == "boom-0" and f["exception"] == "ValueError" and f["message"] == "bad input 42"
     assert "in boom" in f["stacktrace"]
@@ -140,7 +141,7 @@ def test_the_failing_task_is_a_failure_with_its_erred_transition(report):
 
 
 def test_transfer_time_shows_on_the_worker_without_the_inputs(run, report):
-    c = computation(report, "submit consume-0")
+    c = computation(report, "consume-0")
     [t] = c["critical_path"]
     assert t["worker"] == run["consumer"] and t["transfer_s"] > 0
     assert c["prefixes"]["consume"]["transfer_s"] > 0
@@ -174,8 +175,8 @@ def test_report_from_an_evlog_serve_database_matches_the_folder(run, report, tmp
     assert p.returncode == 0, p.stderr.decode(errors="replace")
     got = json.loads(p.stdout)
     assert [c["name"] for c in got["computations"]] == [c["name"] for c in report["computations"]]
-    assert ([r["key"] for r in computation(got, "get final-0")["critical_path"]]
-            == [r["key"] for r in computation(report, "get final-0")["critical_path"]])
+    assert ([r["key"] for r in computation(got, "final-0")["critical_path"]]
+            == [r["key"] for r in computation(report, "final-0")["critical_path"]])
 
 
 def test_report_of_a_database_of_two_runs_is_of_one_run_the_newest_or_the_one_named(run, report, tmp_path):
@@ -265,16 +266,18 @@ def _task_spans(run_dir: str) -> list[dict]:
 
 
 def test_the_critical_path_follows_futures_into_the_calls_that_made_them(futures_run):
-    c = computation(futures_run["report"], "submit merge-0")
+    c = computation(futures_run["report"], "merge-0")
     path = c["critical_path"]
     assert [r["key"] for r in path] == ["chain-0", "chain-1", "chain-2", "chain-3", "merge-0"]
-    assert [r["computation"] for r in path] == [f"submit chain-{i}" for i in range(4)] + ["submit merge-0"]
+    # each submit is its own call, named by its method and prefix, then numbered in start order
+    assert [r["computation"] for r in path] == ["submit chain"] + [f"submit chain #{i}" for i in range(2, 5)] + \
+        ["submit merge"]
     assert all(r["compute_s"] >= 0.39 for r in path[:4])  # each slept 0.4 s
     assert [r["start"] for r in path] == sorted(r["start"] for r in path)
     assert c["critical_path_s"] >= 1.56 and 0.5 < c["critical_path_share"] <= 1.0001
     # each call of the chain: its path back to chain-0
     for i in range(4):
-        assert [r["key"] for r in computation(futures_run["report"], f"submit chain-{i}")["critical_path"]] == \
+        assert [r["key"] for r in computation(futures_run["report"], f"chain-{i}")["critical_path"]] == \
             [f"chain-{j}" for j in range(i + 1)]
 
 
@@ -285,7 +288,7 @@ def test_a_second_life_never_stands_in_for_the_life_that_computed(futures_run):
     seconds = [k for k, states in lives.items() if len(states) == 2]
     assert seconds, lives  # the run has second lives (released -> forgotten at the client's close)
     for k in seconds:
-        c = computation(futures_run["report"], f"submit {k}")
+        c = computation(futures_run["report"], k)
         assert c["tasks"] == 1 and c["prefixes"]["chain"]["compute_s"] >= 0.39
         assert c["prefixes"]["chain"]["median_compute_s"] >= 0.39
         assert c["critical_path"][-1]["key"] == k and c["critical_path"][-1]["compute_s"] >= 0.39
@@ -322,10 +325,11 @@ def test_the_dashboards_report_panel_follows_futures_into_the_calls_that_made_th
         b.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
                   what="the report panel")
         rows = b.js("(() => { const d = Array.from(document.querySelectorAll('#report details.computation'))"
-                    ".find(x => x.querySelector('summary').textContent.startsWith('submit merge-0')); "
+                    ".find(x => x.querySelector('summary').textContent.startsWith('submit merge')); "
                     "return Array.from(d.querySelectorAll('table.critical-path tbody tr')).map(r => "
                     "[r.cells[1].textContent, r.cells[4].textContent]); })()")
-        assert [k for k, _ in rows] == [f"chain-{i} (submit chain-{i})" for i in range(4)] + ["merge-0"]
+        assert [k for k, _ in rows] == ["chain-0 (submit chain)"] + \
+            [f"chain-{i} (submit chain #{i + 1})" for i in range(1, 4)] + ["merge-0"]
         assert all(start.startswith(("+", "−")) for _, start in rows)
         # the Gantt outlines the whole path's executions, the chain's included
         marked = b.js("EV.gantt.data.bars.filter(b => EV.gantt.marked && EV.gantt.marked.has(b[5])).map(b => b[6])")
@@ -366,10 +370,10 @@ def test_the_html_page_shows_the_critical_path_offline_in_chromium(run, tmp_path
     try:
         b.goto(page.as_uri())
         b.wait_js("document.body && document.body.dataset.charts === 'done'", what="the charts drawn")
-        sel = "section[data-name^='get final-0'] table.critical-path tr.cp"
+        sel = "section[data-name^='get final '] table.critical-path tr.cp"
         keys = b.js(f"[...document.querySelectorAll({json.dumps(sel)})].map(r => r.dataset.key)")
         assert keys == ["chain-0", "chain-1", "chain-2", "chain-3", "final-0"]
-        bars = b.js("[...document.querySelectorAll(\"section[data-name^='get final-0'] .cp-bar\")]"
+        bars = b.js("[...document.querySelectorAll(\"section[data-name^='get final '] .cp-bar\")]"
                     ".map(e => [e.dataset.key, e.getBoundingClientRect().width])")
         assert [k for k, _ in bars] == keys and all(w > 0 for _, w in bars)
         assert b.js("document.querySelectorAll('.uplot canvas').length") >= 2  # uPlot ran: inlined, offline

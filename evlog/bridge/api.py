@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from evlog.observed.bridge import otel
+from evlog.observed.torch_events import otel
 
 DEFAULT_TYPE = "torchelastic"
 

@@ -8,6 +8,9 @@ client lets go) still join the same span as events, for GRACE seconds or until t
 later ones start a new life, which is exported only if something happened in it (a worker holding the
 result died, the task ran again), so a task costs one span however long its result lives.
 
+A task whose group is in a Dask span the program named (``distributed.span``, announced in the same
+stream: evlog/observed/dask/readings.py) carries that span's id, ``dask.span.id``.
+
 Spans are SpanData (evlog/builders/span_data.py), with the SDK's public SpanContext and Status.
 
 Records: evlog/wire/dask.py (kind ``dask.transition``); a big computation's batch and group spans
@@ -52,15 +55,20 @@ class Lives:
         self._names: dict = {}
         self._shapes = dask_shape.Shapes()
         self._held = dask_memory.Held(SCOPE)
+        self._named: set = set()  # ids of the Dask spans named by the program (not Dask's implicit default span)
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         opened = self._open
         out: list = []
         for rec in batch:
             key, start, finish, stim, t, extra, info = rec  # the fields of wire.dask.Transition, in order
-            if key is None:  # a worker removal (extra: its address), or a batch of a big computation (extra: its shape)
+            if key is None:  # a worker removal (extra: its address), a batch of a big computation (extra: its
+                # shape) or a Dask span its tasks' spans name (extra: its id)
                 if start == wire.SHAPE:
                     self._shapes.add(extra)
+                    continue
+                if start == wire.NAMED:
+                    self._named.add(extra)
                     continue
                 if len(self._removed) > 65536:
                     self._removed.clear()
@@ -161,6 +169,8 @@ class Lives:
         }
         if worker:
             attrs["dask.worker.address"] = worker
+        if group_span in self._named:
+            attrs[wire.ATTR_SPAN_ID] = group_span  # the innermost distributed.span its group is in
         nbytes, suspicious, _compute = at_end if at_end is not None else (None, 0, None)
         if nbytes is not None and nbytes >= 0:
             attrs["dask.task.nbytes"] = nbytes

@@ -21,9 +21,12 @@ that is taken is a ``ListenError`` naming the transport and the address (``check
 before anything starts), never gRPC C-core's own lines. A client speaking gRPC (HTTP/2) to the HTTP port
 (an exporter given the HTTP port but no protocol) gets no aiohttp traceback per attempt: ``notice`` is
 told once what to set.
-``fail_with(status)`` makes every export fail on purpose (a gRPC code name such as "UNAVAILABLE",
-or an HTTP status such as 503 or 429; each mapped to the other transport) until ``clear_failure()``,
-for fault-injection tests.
+With ``token``, every export must carry ``authorization: Bearer TOKEN`` (HTTP header or gRPC metadata),
+as the OpenTelemetry Collector's ``bearertokenauth`` asks: without it, or with another token, HTTP
+answers 401 and gRPC UNAUTHENTICATED before the body is decoded, so nothing reaches the sink. Each
+refusal is counted (``refused``); ``notice`` is told once per client address, never per request.
+``_refusal()`` is asked before each export is decoded: a subclass answers (HTTP status, gRPC code
+name, message) to fail it on purpose (the tests' fault injection, tests/receiver.py), None to take it.
 """
 from __future__ import annotations
 
@@ -37,9 +40,11 @@ import re
 import socket
 import sys
 import threading
+import urllib.parse
 import zlib
 from typing import Any, Callable
 
+from evlog.data import bearer
 from evlog.data.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
 
 __all__ = ["OTLPReceiver", "DEFAULT_MAX_BODY", "ListenError"]
@@ -50,41 +55,13 @@ _PROTOBUF = "application/x-protobuf"
 # a surrogate spelled as a JSON escape, or encoded in the bytes (json.loads lets both through)
 _SURROGATE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]").search
 _JSON = "application/json"
+_MAX_PEERS_TOLD = 1024  # client addresses told about a refusal; past them, refusals are only counted
 
 _SERVICES = {
     "traces": ("opentelemetry.proto.collector.trace.v1.TraceService", "rejected_spans"),
     "logs": ("opentelemetry.proto.collector.logs.v1.LogsService", "rejected_log_records"),
     "metrics": ("opentelemetry.proto.collector.metrics.v1.MetricsService", "rejected_data_points"),
 }
-
-# gRPC code name -> HTTP status (for fail_with), after the OTLP retry rules: the retryable gRPC
-# codes map to the retryable HTTP statuses.
-_GRPC_TO_HTTP = {
-    "INVALID_ARGUMENT": 400,
-    "UNAUTHENTICATED": 401,
-    "PERMISSION_DENIED": 403,
-    "NOT_FOUND": 404,
-    "ABORTED": 409,
-    "RESOURCE_EXHAUSTED": 429,
-    "UNIMPLEMENTED": 501,
-    "UNAVAILABLE": 503,
-    "DEADLINE_EXCEEDED": 504,
-}
-_HTTP_TO_GRPC = {
-    400: "INVALID_ARGUMENT",
-    401: "UNAUTHENTICATED",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ABORTED",
-    413: "RESOURCE_EXHAUSTED",
-    429: "UNAVAILABLE",  # retryable on both sides, as 429 is for OTLP/HTTP
-    500: "INTERNAL",
-    501: "UNIMPLEMENTED",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
-
 
 class Backpressure(Exception):
     """Raised by a sink that cannot take rows now: the exporter is told to retry later
@@ -163,6 +140,18 @@ class _ServerLog(logging.LoggerAdapter):
                       f"{fix}OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf to use this port")
 
 
+_UNAUTHENTICATED = "this receiver takes exports with 'authorization: Bearer <token>' only"
+
+
+def _grpc_peer(peer: str) -> str:
+    """The client's address of a gRPC peer string ("ipv4:10.0.0.5:51234" -> "10.0.0.5"), without its port:
+    a client opens a new port per connection, and is told about once."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return urllib.parse.unquote(rest.rpartition(":")[0]).strip("[]") or peer
+    return peer
+
+
 def _stderr(text: str) -> None:
     sys.stderr.write(f"evlog: {text}\n")
     sys.stderr.flush()
@@ -184,6 +173,7 @@ class OTLPReceiver:
     ``decode_proto``: ``(signal, body) -> rows`` for protobuf bodies (default otlp_decode's); it raises
     DecodeError for a malformed body, and what it returns (anything with a length) goes to the sink.
     ``notice``: called with one line for the user about a client's mistake (default: stderr).
+    ``token``: the bearer token every export must carry; None takes exports from anyone who reaches the ports.
     """
 
     def __init__(
@@ -197,6 +187,7 @@ class OTLPReceiver:
         grpc_workers: int = 4,
         decode_proto: Callable[[str, bytes], Any] = decode_proto,
         notice: Callable[[str], Any] = _stderr,
+        token: str | None = None,
     ):
         self._sink = sink
         self._notice = notice
@@ -212,8 +203,9 @@ class OTLPReceiver:
         self._rejected = 0
         self._sink_errors = 0
         self._last_error = ""
-        self._failure: tuple[int, str, str] | None = None
-        self._failures_left: int | None = None
+        self._token = token.encode() if token else None
+        self._refused = 0
+        self._refused_peers: set[str] = set()
         self._responses = _response_classes()
         self._grpc_server: Any = None
         self._grpc_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -256,6 +248,12 @@ class OTLPReceiver:
             return self._rejected
 
     @property
+    def refused(self) -> int:
+        """Exports turned away for want of the token (not counted in ``requests`` or ``rejected``)."""
+        with self._lock:
+            return self._refused
+
+    @property
     def sink_errors(self) -> int:
         """Requests whose rows the sink raised on."""
         with self._lock:
@@ -272,45 +270,15 @@ class OTLPReceiver:
             return {
                 "requests": dict(self._requests),
                 "rejected": self._rejected,
+                "refused": self._refused,
                 "sink_errors": self._sink_errors,
                 "last_error": self._last_error,
             }
 
-    # ------------------------------------------------------------------ fault injection
-
-    def fail_with(self, status: str | int, times: int | None = None, message: str | None = None) -> None:
-        """Fail every export (or the next ``times``) with ``status``: a gRPC code name
-        ("UNAVAILABLE", "RESOURCE_EXHAUSTED", ...) or an HTTP status (503, 429, ...)."""
-        import grpc
-
-        if isinstance(status, int) and not isinstance(status, bool):
-            http_status = status
-            code = _HTTP_TO_GRPC.get(status, "UNKNOWN" if status < 500 else "INTERNAL")
-        elif isinstance(status, str) and status.upper() in grpc.StatusCode.__members__:
-            code = status.upper()
-            http_status = _GRPC_TO_HTTP.get(code, 500)
-        else:
-            raise ValueError(f"fail_with: expected a gRPC code name or an HTTP status, got {status!r}")
-        if not 400 <= http_status <= 599:
-            raise ValueError(f"fail_with: HTTP status {http_status} is not an error")
-        with self._lock:
-            self._failure = (http_status, code, message or f"failing on purpose ({code}, {http_status})")
-            self._failures_left = times
-
-    def clear_failure(self) -> None:
-        with self._lock:
-            self._failure = None
-            self._failures_left = None
-
-    def _take_failure(self) -> tuple[int, str, str] | None:
-        with self._lock:
-            f = self._failure
-            if f is not None and self._failures_left is not None:
-                self._failures_left -= 1
-                if self._failures_left <= 0:
-                    self._failure = None
-                    self._failures_left = None
-            return f
+    def _refusal(self) -> tuple[int, str, str] | None:
+        """(HTTP status, gRPC code name, message) to answer the export about to be decoded with, or None
+        to take it. This receiver takes every export; the tests' subclass fails some on purpose."""
+        return None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -375,6 +343,26 @@ class OTLPReceiver:
             self._rejected += 1
             self._last_error = message
 
+    def _authorized(self, transport: str, signal: str, authorization: str | None, peer: str) -> bool:
+        """Whether an export may come in; a refusal is counted, and said once per client address."""
+        if self._token is None:
+            return True
+        given = bearer.from_authorization(authorization)
+        if bearer.matches(given, self._token):
+            return True
+        with self._lock:
+            self._refused += 1
+            tell = peer not in self._refused_peers and len(self._refused_peers) < _MAX_PEERS_TOLD
+            if tell:
+                self._refused_peers.add(peer)
+        if tell:
+            why = ("without an authorization header" if not authorization else
+                   "with a wrong token" if given is not None else "with an authorization that is not 'Bearer <token>'")
+            self._notice(f"refused OTLP/{'gRPC' if transport == 'grpc' else 'HTTP'} {signal} from {peer} {why}; "
+                         f"a sender needs OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer%20<token> "
+                         f"(further refusals from {peer} are counted, not shown)")
+        return False
+
     def _deliver(self, signal: str, rows: list) -> tuple[int, str]:
         """Hand rows to the sink; returns (rows rejected, error message) for a partial success."""
         if not rows:
@@ -429,8 +417,12 @@ class OTLPReceiver:
         import grpc
 
         def export(body: bytes, context: Any) -> bytes:
+            if self._token is not None:
+                metadata = dict(context.invocation_metadata())
+                if not self._authorized("grpc", signal, metadata.get("authorization"), _grpc_peer(context.peer())):
+                    context.abort(grpc.StatusCode.UNAUTHENTICATED, _UNAUTHENTICATED)
             self._count("grpc", signal)
-            failure = self._take_failure()
+            failure = self._refusal()
             if failure is not None:
                 self._count_rejected(failure[2])
                 context.abort(getattr(grpc.StatusCode, failure[1]), failure[2])
@@ -478,9 +470,13 @@ class OTLPReceiver:
     async def _http_export(self, signal: str, request: Any) -> Any:
         from aiohttp import web
 
-        self._count("http", signal)
         ctype = request.content_type
         fmt = "json" if ctype == _JSON else "proto"
+        if not self._authorized("http", signal, request.headers.get("Authorization"), request.remote or "unknown"):
+            resp = self._http_status(_Reject(401, "UNAUTHENTICATED", _UNAUTHENTICATED), fmt)
+            resp.headers["WWW-Authenticate"] = 'Bearer realm="evlog"'
+            return resp
+        self._count("http", signal)
         try:
             if ctype not in (_PROTOBUF, _JSON):
                 raise _Reject(415, "INVALID_ARGUMENT",
@@ -495,7 +491,7 @@ class OTLPReceiver:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 raise _Reject(413, "RESOURCE_EXHAUSTED", f"body is over the {self.max_body} bytes limit") from None
-            failure = self._take_failure()
+            failure = self._refusal()
             if failure is not None:
                 raise _Reject(failure[0], failure[1], failure[2])
             loop = asyncio.get_running_loop()

@@ -1,19 +1,30 @@
-"""Reading a run folder (``traces*.jsonl``, ``logs*.jsonl``, ``metrics*.jsonl``: one OTLP/JSON export
-request per line) into decoded rows, whole or by following the files as a live run appends to them.
+"""Reading a run folder (``traces*.jsonl``, ``logs*.jsonl``, ``metrics*.jsonl``, each also as
+``.jsonl.gz``: one OTLP/JSON export request per line) into decoded rows, whole or by following the files
+as a live run appends to them.
+
+A compressed file is a series of gzip members, one per flush of its writer. Only whole members are
+read (their CRC checked), so a member being written is picked up on the next poll, and a file cut by
+SIGKILL or ``os._exit`` reads up to its last whole member. A corrupt member is reported with its file
+and byte offset, and reading goes on at the next member.
 
 A corrupt line is reported with its file and line number and skipped; the rest is kept. Only whole
 lines are read, so a line being written is picked up on the next poll, never half. A path that is not
 a folder, or a folder with none of these files but other things in it, raises ``RunFolderError``.
+
+``bytes_read`` and ``bytes_total`` (of the files as they were at the last poll, compressed bytes for a
+compressed file) say how far a read has come, for a page that shows a folder loading.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import zlib
 
 from evlog.data import otlp_decode
 
-_FILE = re.compile(r"^(traces|logs|metrics)[^/]*\.jsonl$")
+_FILE = re.compile(r"^(traces|logs|metrics)[^/]*\.jsonl(\.gz)?$")
+_GZIP_MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 8 << 20  # bytes read per file per step: bounded memory for large runs
 _MAX_PROBLEMS = 50
 
@@ -35,14 +46,18 @@ def newest_run(base: str = "evlog-runs") -> str:
 
 
 class _File:
-    __slots__ = ("path", "signal", "offset", "line", "partial")
+    __slots__ = ("path", "signal", "gz", "offset", "size", "line", "partial", "carry", "skipping")
 
-    def __init__(self, path: str, signal: str):
+    def __init__(self, path: str, signal: str, gz: bool):
         self.path = path
         self.signal = signal
-        self.offset = 0
+        self.gz = gz
+        self.offset = 0  # bytes of the file read: up to the last whole line, or the last whole member
+        self.size = 0  # the file's size at the last poll
         self.line = 0
-        self.partial = False
+        self.partial = False  # a line (or member) begun and not ended at the last poll
+        self.carry = b""  # a compressed file: the start of a line a member ended in (its writer's flush cut it)
+        self.skipping = False  # a compressed file: going over a corrupt stretch (said once)
 
 
 class RunFolder:
@@ -59,6 +74,8 @@ class RunFolder:
         self.problems: list[str] = []
         self.problem_count = 0
         self.lines = 0
+        self.rows = 0
+        self.moved = False  # the last poll read something (rows or not: a corrupt stretch, part of a line)
         self._scan()
         if not self.files:
             others = [n for n in os.listdir(self.path) if not n.startswith(".")]
@@ -76,7 +93,11 @@ class RunFolder:
         for name in sorted(names):
             m = _FILE.match(name)
             if m and name not in self.files:
-                self.files[name] = _File(os.path.join(self.path, name), m.group(1))
+                f = self.files[name] = _File(os.path.join(self.path, name), m.group(1), bool(m.group(2)))
+                try:
+                    f.size = os.stat(f.path).st_size  # bytes_total from the start, before it is read
+                except OSError:
+                    pass
 
     def _problem(self, text: str) -> None:
         self.problem_count += 1
@@ -87,19 +108,29 @@ class RunFolder:
         """Decode whole lines appended since the last poll (up to ``max_bytes`` per file)."""
         self._scan()
         out: list[tuple[str, list[dict]]] = []
+        before = self.bytes_read
         for f in self.files.values():
             rows = self._read(f, max_bytes)
             if rows:
                 out.append((f.signal, rows))
+        self.moved = self.bytes_read != before
         return out
+
+    @property
+    def bytes_read(self) -> int:
+        return sum(f.offset for f in self.files.values())
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(max(f.size, f.offset) for f in self.files.values())
 
     def _read(self, f: _File, max_bytes: int) -> list[dict]:
         try:
             with open(f.path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+                size = f.size = os.fstat(fh.fileno()).st_size
                 if size < f.offset:  # truncated or replaced: start again
                     self._problem(f"{f.path}: file shrank; read again from the start")
-                    f.offset, f.line = 0, 0
+                    f.offset, f.line, f.carry = 0, 0, b""
                 if size == f.offset:
                     return []
                 fh.seek(f.offset)
@@ -107,6 +138,18 @@ class RunFolder:
         except OSError as e:
             self._problem(f"{f.path}: cannot read: {e.strerror or e}")
             return []
+        if f.gz:
+            text, used, more = self._members(f, data, f.offset + len(data) >= size, max_bytes)
+            if not used and more:  # one member longer than a chunk: read it whole
+                return self._read(f, max_bytes * 4)
+            f.offset += used
+            data = f.carry + text
+            end = data.rfind(b"\n")
+            f.carry = data[end + 1:]
+            f.partial = bool(f.carry) or f.offset < size
+            if end < 0:
+                return []
+            return self._lines(f, data[:end])
         end = data.rfind(b"\n")
         if end < 0:
             if len(data) >= max_bytes:  # one line longer than a chunk: read it whole
@@ -115,9 +158,49 @@ class RunFolder:
             return []
         f.partial = end + 1 < len(data)
         f.offset += end + 1
+        return self._lines(f, data[:end])
+
+    def _members(self, f: _File, data: bytes, at_end: bool, limit: int) -> tuple[bytes, int, bool]:
+        """(what the whole gzip members at the start of ``data`` hold, up to about ``limit`` bytes of it, the
+        bytes they take, whether a member goes on past ``data`` and more of the file is there). A corrupt
+        member is reported and skipped: reading resumes at the next gzip header after it."""
+        out: list[bytes] = []
+        pos = held = 0
+        while pos < len(data) and held < limit:
+            if data[pos:pos + 3] != _GZIP_MAGIC[:len(data) - pos]:
+                pos = self._resync(f, data, pos, "not a gzip member", at_end)
+                continue
+            d = zlib.decompressobj(wbits=31)
+            try:
+                chunk = d.decompress(data[pos:])
+            except zlib.error as e:
+                pos = self._resync(f, data, pos, str(e), at_end)
+                continue
+            if not d.eof:  # being written, cut short, or longer than this chunk
+                return b"".join(out), pos, not at_end and pos == 0
+            f.skipping = False
+            out.append(chunk)
+            held += len(chunk)
+            pos = len(data) - len(d.unused_data)
+        return b"".join(out), pos, False
+
+    def _resync(self, f: _File, data: bytes, pos: int, why: str, at_end: bool) -> int:
+        """Report a corrupt member at ``pos`` (once per corrupt stretch) and return where the next gzip
+        header is (the end of ``data`` when there is none in it; a header cut at its end is left for the
+        next poll)."""
+        nxt = data.find(_GZIP_MAGIC, pos + 1)
+        if nxt < 0:
+            nxt = len(data) if at_end else max(pos + 1, len(data) - len(_GZIP_MAGIC) + 1)
+        if not f.skipping:
+            self._problem(f"{f.path}: byte {f.offset + pos}: skipped a corrupt gzip member ({why[:120]}); "
+                          "reading goes on at the next member")
+            f.skipping = True
+        return nxt
+
+    def _lines(self, f: _File, data: bytes) -> list[dict]:
         decode = otlp_decode.decode
         rows: list[dict] = []
-        for raw in data[:end].split(b"\n"):
+        for raw in data.split(b"\n"):
             f.line += 1
             if not raw.strip():
                 continue
@@ -133,6 +216,7 @@ class RunFolder:
             except (ValueError, RecursionError) as e:  # json and DecodeError are ValueErrors
                 msg = str(e)
                 self._problem(f"{f.path}:{f.line}: skipped a corrupt line: {msg[:200]}")
+        self.rows += len(rows)
         return rows
 
     def read_all(self) -> list[tuple[str, list[dict]]]:
@@ -140,7 +224,7 @@ class RunFolder:
         out = []
         while True:
             batch = self.poll()
-            if not batch:
+            if not batch and not self.moved:
                 break
             out.extend(batch)
         self.finish()
@@ -151,15 +235,20 @@ class RunFolder:
         n = 0
         while True:
             batch = self.poll()
-            if not batch:
+            if not batch and not self.moved:
                 break
-            n += store.ingest(batch)
+            if batch:
+                n += store.ingest(batch)
         self.finish()
         return n
 
     def finish(self) -> None:
-        """Report files whose last line never ended (a writer killed mid-line)."""
+        """Report files whose last line or gzip member never ended (a writer killed mid-line)."""
         for f in self.files.values():
-            if f.partial:
+            if f.partial and f.gz:
+                left = f.size - f.offset
+                self._problem(f"{f.path}: byte {f.offset}: incomplete last gzip member ({left:,} bytes), skipped"
+                              if left else f"{f.path}:{f.line + 1}: incomplete last line, skipped")
+            elif f.partial:
                 self._problem(f"{f.path}:{f.line + 1}: incomplete last line, skipped")
-                f.partial = False
+            f.partial = False

@@ -66,4 +66,7 @@ def hint(error: str) -> str:
         # (grpcio 1.63: "Trying to connect an http1.x server"; 1.85 adds "Failed parsing HTTP/2 (...)")
         return ("; the endpoint's port speaks HTTP/1.1, not gRPC: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf "
                 "for an OTLP/HTTP port (4318; evlog serve's too), or point the endpoint at the gRPC port (4317)")
+    if "UNAUTHENTICATED" in upper or "UNAUTHORIZED" in upper:  # gRPC's code, HTTP 401's reason
+        return ("; the collector wants credentials: set them in OTEL_EXPORTER_OTLP_HEADERS (for `evlog serve "
+                "--token`: authorization=Bearer%20<token>)")
     return ""

@@ -54,13 +54,14 @@ class HostSamples:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+        from evlog import process_count
         from evlog.process_identity import process_attributes
         from evlog.version import __version__
 
         self.names = [n for n in NAMES if n in settings.consumers]
         self.metrics = metrics  # the exporter process's metrics pipeline
         attrs = {k: v for k, v in resource_attributes.items() if not k.startswith(_OF_ONE_PROCESS)}
-        attrs.update(process_attributes(), **{"evlog.process.role": "exporter"})
+        attrs.update(process_attributes(), **{process_count.ROLE: process_count.EXPORTER})
         self.resource = Resource(attrs)
         self.scope = InstrumentationScope("evlog.consumers", __version__)
 

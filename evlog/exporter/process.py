@@ -40,11 +40,11 @@ from collections import deque
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.resources import Resource
 
-from evlog import config, notices, propagation, stats
+from evlog import config, notices, process_count, propagation, stats
 from evlog.builders import console as console_logs
-from evlog.builders import dask_executions, dask_lives, pool_spans, profiles, sdk_rebuild
+from evlog.builders import dask_executions, dask_lives, dask_readings, pool_spans, profiles, sdk_rebuild
 from evlog.exporter import export_failures, host_samples, select
-from evlog.exporter.backlog import SPOOL, Backlog
+from evlog.exporter.backlog import Backlog
 from evlog.exporter.otlp_send import Sent
 from evlog.sdk_logging import route_sdk_logging
 from evlog.wire.endpoint import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
@@ -70,6 +70,9 @@ def _builders(logs=None, metrics=None):
     def dask_worker(meta, resource):
         return dask_executions.Executions(resource)
 
+    def dask_vocabulary(meta, resource):  # Dask's own spans and fine performance metrics
+        return dask_readings.Readings(meta, resource, metrics)
+
     def pools(meta, resource):
         return pool_spans.PoolSpans(resource)
 
@@ -80,6 +83,7 @@ def _builders(logs=None, metrics=None):
         return profiles.ProfileLogs(meta, resource, _profiles_pipeline().add)
 
     return {dask_lives.KIND: dask_transitions, dask_executions.KIND: dask_worker, pool_spans.KIND: pools,
+            dask_readings.KIND: dask_vocabulary,
             console_logs.KIND: console, profiles.KIND: profile,
             sdk_rebuild.SPAN: lambda meta, resource: sdk_rebuild.Spans(resource),
             sdk_rebuild.LOG: lambda meta, resource: sdk_rebuild.Logs(resource, logs),
@@ -207,6 +211,7 @@ class _Sink:
                 ok, n, wait = False, self.inflight, None
             if ok:
                 stats.incr(f"{self.signal}.exported", n)
+                _note_processes(self.resources(batch))
                 self.failing = False
                 export_failures.answered()
             else:
@@ -229,6 +234,12 @@ class _Sink:
             out.append(pending.popleft())
         return out
 
+    def resources(self, items) -> list:
+        """The resources of ``items`` (spans, log records: their own; metrics: their collections')."""
+        if self.signal == "metrics":
+            return [rm.resource for md, _n in items for rm in md.resource_metrics]
+        return [item.resource for item in items]
+
     def count(self, items) -> int:
         """Items (spans, log records, metric points) in ``items``."""
         if self.signal == "metrics":
@@ -237,6 +248,21 @@ class _Sink:
 
     def held(self) -> int:
         return self.count(self.pending) + self.count(self.retry or ()) + self.inflight
+
+
+_noted: dict = {}  # id -> the resources whose process is counted (kept, so an id is never reused)
+
+
+def _note_processes(resources: list) -> None:
+    """Count the processes whose telemetry was exported, each once (evlog.process_count: the summary)."""
+    for r in resources:
+        if id(r) not in _noted:
+            if len(_noted) >= 4096:  # a resource per process and change, usually: bounded all the same
+                _noted.clear()
+            _noted[id(r)] = r
+            key = process_count.stats_key(r.attributes)
+            if key not in stats.counters:
+                stats.incr(key)
 
 
 class Pipeline:
@@ -781,19 +807,9 @@ def _bounded(fn, timeout_s: float, name: str) -> None:
 
 
 def _spool_limit() -> int:
-    """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes)."""
-    raw = (os.environ.get("EVLOG_SPOOL_LIMIT") or "").strip()
-    if not raw:
-        return SPOOL
-    try:
-        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(raw[-1].upper(), 1)
-        value = int(float(raw[:-1] if mult != 1 else raw) * mult)
-        if value < 0:
-            raise ValueError
-        return value
-    except ValueError:
-        notices.warn_once("spool-limit", f"EVLOG_SPOOL_LIMIT={raw!r} is not a size (like 512M or 2G); using 1G")
-        return SPOOL
+    """EVLOG_SPOOL_LIMIT (bytes, default 1 GiB; K/M/G suffixes), read by evlog.config; the program's
+    start named a bad value, with the run's other settings."""
+    return config.from_variable("spool_limit", os.environ)
 
 
 if __name__ == "__main__":

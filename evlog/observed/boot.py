@@ -6,7 +6,6 @@ configurator entry point (plain opentelemetry-instrument) and from evlog.configu
 from __future__ import annotations
 
 import os
-import threading
 
 from evlog import config
 from evlog import notices
@@ -144,11 +143,7 @@ def _activator(name: str, target: str):
             inst = getattr(importlib.import_module(mod), cls)()
             inst.instrument()
             _active[name] = inst
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("evlog"):
-                return  # that instrumentation is not built yet
-            notices.warn_once(f"instrument-{name}", f"the {name} instrumentation could not start: {exc!r}")
-        except Exception as exc:
+        except Exception as exc:  # an evlog module missing too: a broken install is named, not hidden
             notices.warn_once(f"instrument-{name}", f"the {name} instrumentation could not start: {exc!r}")
 
     return activate
@@ -159,66 +154,15 @@ def active_instrumentors() -> dict:
 
 
 def _install_consumers(settings) -> None:
-    """The default consumers come with the tracer provider: installed when it is built (first use)."""
-    if not settings.consumers:
-        return
-    from evlog.observed import sdk
+    from evlog.observed import default_consumers
 
-    def install_consumers(tracer_provider) -> None:
-        try:
-            import importlib
-
-            processors = importlib.import_module("evlog.processors")
-            install = getattr(processors, "install_default", None)
-            if install:
-                install(settings, tracer_provider, sdk.providers()[2])
-        except Exception as exc:
-            notices.warn_once("consumers", f"the consumers could not start: {exc!r}")
-
-    sdk.when_built("traces", install_consumers)
-    _gauges_timer()
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_gauges_timer)
-
-
-GAUGES_AFTER_S = 1.0  # a process that makes no span reports the consumers' gauges once it has run this long
-
-
-def _gauges_timer() -> None:
-    """The consumers come with the first span; a process that has run GAUGES_AFTER_S without one (a Dask
-    nanny, a supervisor) gets them then, so its load, memory and bytes are reported like any other's.
-    A process that ends sooner (a `python -c` helper, a short subprocess) pays nothing for them."""
-    from evlog.observed import lifecycle
-    from evlog.observed import sdk
-
-    tracer_provider = sdk.providers()[0] if sdk.providers() else None
-    if tracer_provider is None or tracer_provider.built:
-        return
-
-    def build() -> None:
-        if not threading.main_thread().is_alive():  # not once the program is on its way out
-            return
-        try:
-            tracer_provider.real()
-        except BaseException as exc:  # never a traceback of evlog's thread in the program's stderr
-            if not notices.exiting():  # else it raced the exit: quiet
-                notices.warn_once("gauges-timer", f"the consumers' gauges could not be set up: {exc!r}")
-
-    timer = threading.Timer(GAUGES_AFTER_S, build)
-    timer.daemon = True
-    timer.name = "evlog-gauges-timer"
-    timer.start()
-    lifecycle.before_flush(timer.cancel)
+    default_consumers.setup(settings)
 
 
 def _install_console(settings) -> None:
-    import importlib
+    try:
+        from evlog.observed import console
 
-    try:
-        console = importlib.import_module("evlog.observed.console")
-    except ModuleNotFoundError:
-        return  # not built yet
-    try:
         console.install(settings)
     except Exception as exc:
         notices.warn_once("console", f"console capture could not start: {exc!r}")

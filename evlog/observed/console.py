@@ -281,12 +281,16 @@ def _hook() -> None:
     except Exception as exc:
         notices.warn_once("console-exit-hook", f"console capture cannot hook exit; the last lines may be late: {exc!r}")
     try:
-        from evlog.observed import sdk
+        from opentelemetry import trace
 
-        if not sdk.when_built("traces", _add_span_marks):  # evlog's provider, once it is built
-            from opentelemetry import trace
+        from evlog.observed import own_spans
+        from evlog.processors.on_provider import add_span_processor, takes_span_processors
 
-            _add_span_marks(trace.get_tracer_provider())
+        marks = SpanMarks()
+        own_spans.watch(marks)  # evlog's own spans (a Dask client call's)
+        provider = trace.get_tracer_provider()
+        if takes_span_processors(provider):  # the program's spans, once it makes some
+            add_span_processor(provider, marks)
     except Exception as exc:
         notices.warn_once("console-spans", f"console lines will carry no trace context: {exc!r}")
     if hasattr(os, "register_at_fork"):
@@ -306,49 +310,34 @@ def _forget_in_child() -> None:
     _capture = None
 
 
-def _add_span_marks(provider) -> None:
-    if hasattr(provider, "add_span_processor"):
-        provider.add_span_processor(_span_marks())
-
-
-def _span_marks():
+class SpanMarks:
     """A span processor that marks each change of the main thread's innermost span in the streams
-    (cheap elsewhere). Its class is made here: the SDK is imported once the program makes spans."""
-    from opentelemetry.sdk.trace import SpanProcessor
+    (cheap elsewhere); on the SDK's provider through evlog.processors.on_provider."""
 
-    class SpanMarks(SpanProcessor):
-        def on_start(self, span, parent_context=None) -> None:
-            cap = _capture
-            if cap is None or threading.get_ident() != cap.main_ident or cap.pid != os.getpid():
+    def on_start(self, span, parent_context=None) -> None:
+        cap = _capture
+        if cap is None or threading.get_ident() != cap.main_ident or cap.pid != os.getpid():
+            return
+        try:
+            sc = span.get_span_context()
+            cap.active_spans[sc.span_id] = sc
+            cap.mark(sc)
+        except Exception as exc:
+            notices.warn_once("console-mark", f"console trace context failed: {exc!r}")
+
+    def on_end(self, span) -> None:
+        cap = _capture
+        if cap is None or not cap.active_spans or cap.pid != os.getpid():
+            return
+        try:
+            if cap.active_spans.pop(span.get_span_context().span_id, None) is None:
                 return
-            try:
-                sc = span.get_span_context()
-                cap.active_spans[sc.span_id] = sc
-                cap.mark(sc)
-            except Exception as exc:
-                notices.warn_once("console-mark", f"console trace context failed: {exc!r}")
-
-        def on_end(self, span) -> None:
-            cap = _capture
-            if cap is None or not cap.active_spans or cap.pid != os.getpid():
-                return
-            try:
-                if cap.active_spans.pop(span.get_span_context().span_id, None) is None:
-                    return
-                cap.mark(next(reversed(cap.active_spans.values()), None))
-            except Exception as exc:
-                notices.warn_once("console-mark", f"console trace context failed: {exc!r}")
-
-        def shutdown(self) -> None:
-            pass
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return True
-
-    return SpanMarks()
+            cap.mark(next(reversed(cap.active_spans.values()), None))
+        except Exception as exc:
+            notices.warn_once("console-mark", f"console trace context failed: {exc!r}")
 
 
-# -- logged lines: the logging bridge's records, not sent twice ----------------------------------------
+# -- logged lines: Python logging records exported by python_logging.py, not sent twice -----------------
 
 _marks: list = [None, None]  # (the value of MARKS_ENV it was read from, (prefix, {fd: identity}) or None)
 
@@ -369,7 +358,7 @@ def _marks_now():
 
 
 def logged(record, logger) -> str | None:
-    """A Python logging record the logging bridge exported (capture mode enabled): before each of the
+    """A Python logging record python_logging.py exported (capture mode enabled): before each of the
     program's handlers that will write it to a captured stdout or stderr, a marker tells the relay which
     lines follow (the first's CRC-32, how many), and the console's builder drops them. In any process
     of the run whose stdout/stderr are the captured ones (MARKS_ENV). Returns the stream marked

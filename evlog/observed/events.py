@@ -96,16 +96,15 @@ def emit(event_name: str, topic_attribute: str, topic: str, msg: Any, attributes
     """Emit one OTel event (a log record with ``event_name``) in the current context."""
     global _logger, _body
     if _logger is None:
-        from opentelemetry._logs import get_logger
+        from evlog.observed.log_body import body
+        from evlog.observed.own_logs import Logger  # no SDK until the program makes logs of its own
 
-        from evlog.observed.bridge.convert import body
-
-        _logger, _body = get_logger("evlog.events"), body
+        _logger, _body = Logger("evlog.events"), body
     attrs = {topic_attribute: str(topic)}
     if attributes:
         attrs.update(attributes)
-    # Dask messages hold sets, tuples, numpy numbers and objects: made an OTel AnyValue as the
-    # bridge makes event metadata (one value the exporter cannot encode would lose its whole batch)
+    # Dask messages hold sets, tuples, numpy numbers and objects: made an OTel AnyValue as evlog.bridge's
+    # event metadata is (log_body; one value the exporter cannot encode would lose its whole batch)
     _logger.emit(event_name=event_name, body=_body(msg), attributes=attrs)
     stats.incr("events")
 

@@ -32,10 +32,10 @@ _thread = threading.local()  # .importing: an outermost import is running in thi
 _finder = None
 
 
-def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = False) -> None:
+def when_imported(name: str, hook, *, settled: bool = False) -> None:
     """Call ``hook(module)`` once module ``name`` has been imported (at once if it is already).
 
-    With ``settled`` (``after_otel`` is its former name), never while a module the hook may import is
+    With ``settled``, never while a module the hook may import is
     half made: the hook is then held until the thread's outermost import is complete (see above). Without
     it the hook runs as soon as the module is executed, inside the import that brought it: for hooks that
     import nothing (e.g. setting the OTel globals, which the rest of that import may already use)."""
@@ -48,9 +48,9 @@ def when_imported(name: str, hook, *, settled: bool = False, after_otel: bool = 
         if module is None or name in _executing or (name in _watched and name not in _made and _initializing(module)):
             # not imported, or half made: its loader runs the hook (a watched module is in sys.modules, marked
             # initializing, a moment before its wrapped loader starts: that moment counts as half made too)
-            _hooks.setdefault(name, []).append((hook, settled or after_otel))
+            _hooks.setdefault(name, []).append((hook, settled))
             return
-    _run(hook, module, settled or after_otel)
+    _run(hook, module, settled)
 
 
 def _initializing(module) -> bool:

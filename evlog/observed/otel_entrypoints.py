@@ -65,7 +65,7 @@ def _deferred(name: str):
             from evlog.observed import boot
 
             _check_configured()
-            boot.when_imported(module, boot._activator(name, target), after_otel=True)
+            boot.when_imported(module, boot._activator(name, target), settled=True)
 
         def _uninstrument(self, **kwargs):
             inst = boot_active().pop(name, None)

@@ -110,7 +110,7 @@ def activate(settings) -> None:
         if not modules:
             hook(None)
         for m in modules:
-            when_imported(m, hook, after_otel=True)
+            when_imported(m, hook, settled=True)
 
 
 _done: set = set()

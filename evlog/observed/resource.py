@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from types import MappingProxyType
 
 from evlog import notices
 from evlog.process_identity import process_attributes
@@ -36,22 +37,30 @@ def _host_name() -> str:
         return socket.gethostname()
 
 
-def _user_attributes() -> dict:
-    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read as the SDK's OTELResourceDetector reads them."""
+def user_attributes(environ=None, bad=None) -> dict:
+    """OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, read as the SDK's OTELResourceDetector reads them
+    (values percent-decoded; OTEL_SERVICE_NAME over service.name). An item that is not key=value is
+    left out and handed to ``bad``."""
+    environ = os.environ if environ is None else environ
     out = {}
-    raw = os.environ.get("OTEL_RESOURCE_ATTRIBUTES")
+    raw = environ.get("OTEL_RESOURCE_ATTRIBUTES")
     if raw:
         from urllib.parse import unquote
 
         for item in raw.split(","):
             key, eq, value = item.partition("=")
             if not eq:
-                notices.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES: {item!r} is not key=value; ignoring it")
+                if bad is not None:
+                    bad(item)
                 continue
             out[key.strip()] = unquote(value.strip())
-    if os.environ.get("OTEL_SERVICE_NAME"):
-        out["service.name"] = os.environ["OTEL_SERVICE_NAME"]
+    if environ.get("OTEL_SERVICE_NAME"):
+        out["service.name"] = environ["OTEL_SERVICE_NAME"]
     return out
+
+
+def _not_key_value(item: str) -> None:
+    notices.warn_once("resource-env", f"OTEL_RESOURCE_ATTRIBUTES: {item!r} is not key=value; ignoring it")
 
 
 def attributes() -> dict:
@@ -70,7 +79,7 @@ def attributes() -> dict:
         run_id = os.environ.get("EVLOG_RUN_ID")
         if run_id:
             _attrs["evlog.run.id"] = run_id
-        _attrs.update(_user_attributes())
+        _attrs.update(user_attributes(bad=_not_key_value))
     return dict(_attrs)
 
 
@@ -78,3 +87,17 @@ def add(attrs: dict) -> None:
     with lock:
         attributes()
         _attrs.update(attrs)
+
+
+class _View:
+    """This process's resource as a span processor reads a span's (``span.resource.attributes``): the current
+    attributes, read-only, without the SDK's Resource (for the task spans made here: pools' TaskSpan, a Dask
+    worker's LiveSpans)."""
+
+    __slots__ = ("attributes",)
+
+    def __init__(self):
+        self.attributes = MappingProxyType(_attrs)
+
+
+view = _View()

@@ -38,16 +38,9 @@ def default_run_dir(cwd: str, service: str, environ=None) -> str:
 def user_service_name(environ) -> str | None:
     """The service name the user set: OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES
     (the spec's precedence, as the resource evlog builds has it)."""
-    name = environ.get("OTEL_SERVICE_NAME", "").strip()
-    if name:
-        return name
-    for item in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
-        key, eq, value = item.partition("=")
-        if eq and key.strip() == "service.name" and value.strip():
-            from urllib.parse import unquote
+    from evlog.observed.resource import user_attributes
 
-            return unquote(value.strip())
-    return None
+    return user_attributes(environ).get("service.name", "").strip() or None
 
 
 def prepare(settings, environ, service: str):
@@ -111,10 +104,11 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
     info = next((r for r in rows if r.get("info")), None)
     if info is None or not info.get("summary"):
         return ""
+    from evlog import process_count
+
     total: dict[str, int] = {}
-    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}  # not one of the program's
+    exporters = {r.get("pid") for r in rows if r.get("exporter.processes")}
     rows = [r for r in rows if not r.get("info") and "relay" not in r]  # the run's and the console relay's notes
-    pids = {r.get("pid") for r in rows} - exporters
     for r in rows:
         for k, v in r.items():
             if k not in ("pid", "time") and isinstance(v, int):
@@ -124,10 +118,10 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
     points = total.get("metrics.exported", 0)
     dropped = sum(v for k, v in total.items() if k.endswith(".failed") or k.startswith("dropped."))
     console_dropped = total.get("console.dropped", 0)
-    n = len(pids)
+    processes = process_count.describe(*process_count.count_stats(total))  # those whose telemetry was exported
     text = (
         f"evlog: {spans:,} spans, {events:,} events and logs, {points:,} metric points "
-        f"from {n} process{'es' if n != 1 else ''} -> {info.get('where')}"
+        f"from {processes} -> {info.get('where')}"
     )
     if dropped:
         text += f"; {dropped:,} dropped (could not be exported)"
@@ -146,7 +140,9 @@ def summary(path: str, killed_by: int | None = None, exporter_killed: bool = Fal
 def view_command(run_dir: str) -> str:
     """The command that shows a run folder (with the viewer's install first, if it is missing)."""
     view = f"evlog view {_shell_path(run_dir)}"
-    return view if _viewer_installed() else f"python -m pip install 'evlog[view]' && {view}"
+    from evlog.version import DISTRIBUTION
+
+    return view if _viewer_installed() else f"python -m pip install '{DISTRIBUTION}[view]' && {view}"
 
 
 def _viewer_installed() -> bool:

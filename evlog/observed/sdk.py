@@ -1,12 +1,14 @@
 """SDK set-up: one TracerProvider, LoggerProvider and MeterProvider per process, set as OTel globals.
 
-Each provider is built when it is first used, not at start-up: every child process pays its start-up,
-and a process that never makes a span, an event or a metric point never imports that part of the
-SDK. What stands in as the global until then is a ``Lazy*Provider`` of this module: it is set as the
-OTel global as soon as the OTel API module of its signal is imported (a post-import hook), and it builds
+Each provider is built when the program first uses it, not at start-up: every child process pays its
+start-up, and a process whose program never asks for a tracer, a logger or a meter never imports that
+part of the SDK (what evlog makes itself takes its own path: own_metrics.py, own_logs.py, own_spans.py).
+What stands in as the global until then is a ``Lazy*Provider`` of this module: it is set as the OTel
+global as soon as the OTel API module of its signal is imported (a post-import hook), and it builds
 the real SDK provider on the first call that needs it (get_tracer, get_logger, get_meter, or any other
-attribute of the SDK provider). ``when_built`` runs set-up that belongs with a provider (evlog's
-consumers, console marks) then.
+attribute of the SDK provider). ``when_built`` runs set-up that belongs with a provider (the span
+processors of evlog's consumers and console marks) then. Its ``force_flush`` (lifecycle.flush, the
+exit) also hands over what evlog's own paths hold: a last collection of its own instruments.
 
 The providers export nothing themselves: a span processor, a log record processor and a metric exporter
 on the SDK's periodic reader hand what they get to the run's exporter process as records
@@ -161,10 +163,14 @@ class _LazyProvider:
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         flush = getattr(self._real, "force_flush", None)
         ok = flush(timeout_millis) if flush is not None else True
+        self._flush_own()
         records = sys.modules.get("evlog.observed.records")  # what is recorded here goes to the exporter process now
         if records is not None:
             records.flush()
         return ok
+
+    def _flush_own(self) -> None:
+        """What evlog makes of this signal without the SDK is handed over too."""
 
     def shutdown(self) -> None:
         shutdown = getattr(self._real, "shutdown", None)
@@ -205,6 +211,11 @@ class LazyMeterProvider(_LazyProvider):
         from evlog.observed import by_name
 
         return by_name.meter(self.real().get_meter(*args, **kwargs), args, kwargs)
+
+    def _flush_own(self) -> None:
+        own = sys.modules.get("evlog.observed.own_metrics")  # a collection of evlog's own instruments, if any
+        if own is not None:
+            own.collect()
 
 
 BUILD = {"traces": _build_traces, "logs": _build_logs, "metrics": _build_metrics}

@@ -18,8 +18,6 @@ The resource is not in the records: each process's hello carries it (its current
 """
 from __future__ import annotations
 
-import os
-
 from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace import SpanProcessor
@@ -27,50 +25,16 @@ from opentelemetry.sdk.trace import SpanProcessor
 from evlog import notices, stats
 from evlog.wire import kinds
 from evlog.observed import records
+from evlog.observed.atoms import Appender, atom
+from evlog.observed.atoms import attrs as _attrs
+from evlog.observed.atoms import copy as _copy
 
 SPAN, LOG, METRICS = kinds.OTEL_SPAN, kinds.OTEL_LOG, kinds.OTEL_METRICS
-_ATOMS = (str, int, float, bool, bytes, type(None))
-
-
-def atom(value, depth: int = 0):
-    """``value`` as marshal carries it: atoms as they are, sequences as tuples, mappings as dicts with str
-    keys; anything else as its str() (what the SDK's encoder could not have sent either)."""
-    if type(value) in _ATOMS:
-        return value
-    if depth > 16:
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return tuple(atom(v, depth + 1) for v in value)
-    if isinstance(value, dict) or hasattr(value, "items"):
-        try:
-            return {str(k): atom(v, depth + 1) for k, v in value.items()}
-        except Exception:
-            return str(value)
-    for base in (bool, int, float, str, bytes):  # subclasses: an IntEnum, a str subclass
-        if isinstance(value, base):
-            return base(value)
-    return str(value)
-
-
-def _attrs(attributes):
-    """Attributes as atoms (a log record's may hold any value; span attributes are the SDK's checked ones)."""
-    if not attributes:
-        return None
-    out = _copy(attributes)
-    for k, v in out.items():
-        if type(v) not in _ATOMS and type(v) is not tuple:
-            out[k] = atom(v)
-    return out
 
 
 def _span_attrs(attributes):
     """A span's, an event's or a link's attributes: the SDK let only atoms and tuples of atoms in."""
     return _copy(attributes) if attributes else None
-
-
-def _copy(attributes) -> dict:
-    copy = getattr(attributes, "copy", None)  # BoundedAttributes.copy() is a plain dict's copy, in C
-    return copy() if copy is not None else dict(attributes)
 
 
 class Scopes:
@@ -176,25 +140,6 @@ def metrics_record(data, scopes: Scopes) -> tuple | None:
     return tuple(out) or None
 
 
-class _Appender:
-    """``append(item)`` to this process's source of ``kind`` (made again in a forked child:
-    evlog.observed.records starts afresh there), its items converted by ``convert(items, scopes)`` in the
-    shipping thread when given."""
-
-    def __init__(self, kind: str, convert=None):
-        self.kind = kind
-        self.convert = convert
-        self._pid = -1
-        self._append = None
-
-    def __call__(self, item) -> None:
-        if self._pid != os.getpid():
-            scopes, convert = Scopes(), self.convert
-            self._append = records.source(self.kind, convert=(lambda items: convert(items, scopes)) if convert else None).append
-            self._pid = os.getpid()
-        self._append(item)
-
-
 def _lost(exc: Exception) -> None:
     """A span the conversion failed on (a bug of evlog's): counted, said once, the program goes on."""
     stats.incr("dropped.unconvertible")
@@ -210,7 +155,7 @@ class SpanRecords(SpanProcessor):
     of the plain SDK's loop."""
 
     def __init__(self):
-        self._append = _Appender(SPAN)
+        self._append = Appender(SPAN)
         self._scopes = Scopes()
 
     def on_end(self, span) -> None:
@@ -232,7 +177,7 @@ class LogRecords(LogRecordProcessor):
     changes what is exported, as with the SDK's BatchLogRecordProcessor."""
 
     def __init__(self):
-        self._append = _Appender(LOG, log_records)
+        self._append = Appender(LOG, log_records, Scopes)
 
     def on_emit(self, log_record) -> None:
         self._append(log_record)
@@ -250,7 +195,7 @@ class MetricRecords(MetricExporter):
 
     def __init__(self, **preferences):
         super().__init__(**preferences)
-        self._append = _Appender(METRICS)
+        self._append = Appender(METRICS)
         self._scopes = Scopes()
 
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
@@ -272,11 +217,10 @@ class MetricRecords(MetricExporter):
 
 def metric_preferences() -> dict:
     """The temporality and aggregation preferences an OTLP metric exporter takes from
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE (cumulative, delta, lowmemory) and
-    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION (explicit_bucket_histogram,
-    base2_exponential_bucket_histogram), as the specification defines them: known before the
-    exporter is built (the reader asks at its start), without reading the exporter's own fields: the
-    program's reader aggregates as the run's OTLP exporter, in the exporter process, will send."""
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE and OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION
+    (own_metrics.preferences), as the SDK reader's arguments: known before the exporter is built (the reader
+    asks at its start), without reading the exporter's own fields: the program's reader aggregates as the
+    run's OTLP exporter, in the exporter process, will send."""
     from opentelemetry.sdk.metrics import (
         Counter,
         Histogram,
@@ -288,18 +232,14 @@ def metric_preferences() -> dict:
     from opentelemetry.sdk.metrics.export import AggregationTemporality
     from opentelemetry.sdk.metrics.view import ExponentialBucketHistogramAggregation
 
+    from evlog.observed.own_metrics import preferences
+
+    deltas, exponential = preferences()
+    classes = {"counter": Counter, "up_down_counter": UpDownCounter, "histogram": Histogram,
+               "observable_counter": ObservableCounter, "observable_up_down_counter": ObservableUpDownCounter,
+               "observable_gauge": ObservableGauge}
     delta, cumulative = AggregationTemporality.DELTA, AggregationTemporality.CUMULATIVE
-    pref = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE") or "cumulative").strip().lower()
-    deltas = {"delta": (Counter, Histogram, ObservableCounter), "lowmemory": (Counter, Histogram)}.get(pref)
-    if deltas is None and pref != "cumulative":
-        notices.warn_once("metrics-temporality", f"OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE={pref!r} is "
-                          "not cumulative, delta or lowmemory; using cumulative")
-    kinds = (Counter, UpDownCounter, Histogram, ObservableCounter, ObservableUpDownCounter, ObservableGauge)
-    out = {"preferred_temporality": {k: delta if k in (deltas or ()) else cumulative for k in kinds}}
-    agg = (os.environ.get("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION") or "").strip().lower()
-    if agg == "base2_exponential_bucket_histogram":
+    out = {"preferred_temporality": {cls: delta if name in deltas else cumulative for name, cls in classes.items()}}
+    if exponential:
         out["preferred_aggregation"] = {Histogram: ExponentialBucketHistogramAggregation()}
-    elif agg and agg != "explicit_bucket_histogram":
-        notices.warn_once("metrics-aggregation", f"OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION={agg!r} "
-                          "is not explicit_bucket_histogram or base2_exponential_bucket_histogram; using the first")
     return out

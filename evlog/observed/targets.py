@@ -13,7 +13,7 @@ TARGETS: dict[str, tuple[str, str]] = {
     "futures": ("concurrent.futures", "evlog.observed.pools.futures:FuturesInstrumentor"),
     "multiprocessing": ("multiprocessing", "evlog.observed.pools.multiprocessing:MultiprocessingInstrumentor"),
     "torch_elastic": ("torch.distributed.elastic", "evlog.observed.torch_elastic:TorchElasticInstrumentor"),
-    "logging": ("logging", "evlog.observed.logging_bridge:LoggingInstrumentor"),
+    "logging": ("logging", "evlog.observed.python_logging:LoggingInstrumentor"),
 }
 
 # name: the target's submodules its instrumentor hooks when they are imported (boot.watch()es them)

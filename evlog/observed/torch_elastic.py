@@ -6,13 +6,13 @@ Telemetry (docs/conventions.md, section "torch elastic"):
   round), ``torchelastic.workers.start`` (one per start of the local worker group) and
   ``torchelastic.workers.restart`` (stop, rendezvous, start again);
 - ``torch.distributed.elastic.events.record(event, destination)``: an OTel event named as the Event,
-  ``evlog.event_type`` = ``torchelastic``, body = its metadata (the bridge's path, evlog/bridge/otel.py);
+  ``evlog.event_type`` = ``torchelastic``, body = its metadata (evlog.bridge's path, evlog/observed/torch_events/otel.py);
 - rendezvous events (``construct_and_record_rdzv_event``, ``record_rdzv_event``): OTel events with
   ``evlog.event_type`` = ``torchelastic.rendezvous``, also when torch's own handler is its default
   NullHandler (torch then skips building them; evlog builds the OTel event from the call's arguments,
   without torch's ``inspect.stack()``);
 - every metric point (``put_metric``, ``@prof``: all go through ``MetricStream.add_value``):
-  ``torchelastic.{group}.{name}`` (evlog/bridge/metrics.py).
+  ``torchelastic.{group}.{name}`` (evlog/observed/torch_events/metrics.py).
 Context: the agent writes the ``torchelastic.workers.start`` span's context into each worker's
 environment (``PContext.start``) as the configured propagators write it (``TRACEPARENT``, ``TRACESTATE``,
 ``BAGGAGE`` by default: evlog.propagation); evlog's start-up in the worker continues that trace.
@@ -30,7 +30,7 @@ import threading
 import wrapt
 
 from evlog import notices
-from evlog.observed.bridge import otel
+from evlog.observed.torch_events import otel
 
 SCOPE = "evlog.torch_elastic"
 EVENT_TYPE = "torchelastic"
@@ -229,7 +229,7 @@ def _hostname() -> str:
 
 # ---- metrics ----
 
-_metrics = None  # evlog.observed.bridge.metrics.TorchMetrics on evlog's meter, made on first use
+_metrics = None  # evlog.observed.torch_events.metrics.TorchMetrics on evlog's meter, made on first use
 
 
 def _add_value(wrapped, instance, args, kwargs):
@@ -238,7 +238,7 @@ def _add_value(wrapped, instance, args, kwargs):
         if _metrics is None:
             from opentelemetry import metrics
 
-            from evlog.observed.bridge.metrics import SCOPE as METER, TorchMetrics
+            from evlog.observed.torch_events.metrics import SCOPE as METER, TorchMetrics
 
             _metrics = TorchMetrics(metrics.get_meter(METER))
         _metrics(instance.group_name, *_point(*args, **kwargs))

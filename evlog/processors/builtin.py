@@ -19,8 +19,6 @@ import threading
 from _thread import get_ident
 from collections import deque
 
-from opentelemetry.sdk.trace import SpanProcessor
-
 from evlog import notices
 
 from evlog.processors.sampling import Readings, dask_state
@@ -33,8 +31,9 @@ _CELLS_MAX = 256
 _MISSING = object()
 
 
-class BuiltinLog(SpanProcessor):
-    """Dagger's default consumers (core, wsat, psat, esat, loadavg, mem, bytes) as one span processor."""
+class BuiltinLog:
+    """Dagger's default consumers (core, wsat, psat, esat, loadavg, mem, bytes) as one span processor (on an SDK
+    provider through on_provider)."""
 
     def __init__(self, names, maxlen: int = 20_000, sample_period_s: float = 0.2):
         names = tuple(dict.fromkeys(names))

@@ -25,43 +25,57 @@ METRICS = {
 
 
 def register(source, names, meter_provider=None) -> list:
-    """Create one observable gauge per known name in ``names``; returns the instruments."""
-    from opentelemetry import metrics
+    """Create one observable gauge per known name in ``names`` on ``meter_provider``'s meter (anything with
+    ``get_meter(name, version)``: evlog's own registry in an observed process, whose callbacks return
+    (value, attributes) pairs; else an OTel one, the global one if None); returns the instruments."""
+    if meter_provider is None:
+        from opentelemetry import metrics
 
-    provider = meter_provider or metrics.get_meter_provider()
+        meter_provider = metrics.get_meter_provider()
     from evlog.version import __version__
 
-    meter = provider.get_meter("evlog.consumers", __version__)
+    meter = meter_provider.get_meter("evlog.consumers", __version__)
+    pairs = getattr(meter, "takes_pairs", False)
     out = []
     for name in names:
         if name not in METRICS:
             continue
         metric, unit, description = METRICS[name]
-        out.append(meter.create_observable_gauge(metric, callbacks=[_callback(source, name)], unit=unit,
-                                                 description=description))
+        observe = _callback(source, name)
+        out.append(meter.create_observable_gauge(metric, callbacks=[observe if pairs else _observations(observe)],
+                                                 unit=unit, description=description))
     return out
 
 
 def _callback(source, name: str):
-    from opentelemetry.metrics import Observation
+    """The consumer's current value as (value, attributes or None) pairs."""
 
     def observe(options=None):
         try:
             value = source.current(name, time.time_ns())
             if name == "psat":
                 names = {t.ident: t.name for t in threading.enumerate()}
-                return [Observation(n, {"evlog.processor": names.get(tid, str(tid)), "thread.id": tid})
-                        for tid, n in value.items()]
+                return [(n, {"evlog.processor": names.get(tid, str(tid)), "thread.id": tid}) for tid, n in value.items()]
             if name == "esat":
-                return [Observation(n, {"evlog.category": cat}) for cat, n in value.items()]
+                return [(n, {"evlog.category": cat}) for cat, n in value.items()]
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 return []
-            return [Observation(value)]
+            return [(value, None)]
         except Exception as exc:
             notices.warn_once(f"gauge-{name}", f"the {METRICS[name][0]} gauge could not be read: {exc!r}")
             return []
 
     return observe
+
+
+def _observations(observe):
+    """A callback of pairs as the OTel API's (Observations)."""
+    from opentelemetry.metrics import Observation
+
+    def callback(options=None):
+        return [Observation(v, a) for v, a in observe(options)]
+
+    return callback
 
 
 class ConsumersView:

@@ -20,10 +20,9 @@ import time
 from _thread import get_ident
 from typing import Any, Callable
 
-from opentelemetry.sdk.trace import SpanProcessor
-
 from evlog import notices
 
+from evlog.processors.on_provider import add_span_processor, takes_span_processors
 from evlog.processors.registry import registry
 from evlog.processors.spans import Classifier, task_id, worker_of
 
@@ -206,8 +205,9 @@ def _similar(obj):
         return obj
 
 
-class LogDispatch(SpanProcessor):
-    """The span processor that turns span starts and finishes into Events for the installed logs (``logs``).
+class LogDispatch:
+    """The span processor that turns span starts and finishes into Events for the installed logs (``logs``;
+    on an SDK provider through on_provider).
 
     A span handed over already finished (the Dask instrumentation builds its spans after the fact, in
     batches, and gives them to ``on_end`` only) becomes a start and a finish event with the span's own
@@ -309,7 +309,7 @@ def _sdk_provider(provider=None):
         from opentelemetry import trace
 
         provider = trace.get_tracer_provider()
-    if not hasattr(provider, "add_span_processor"):
+    if not takes_span_processors(provider):
         notices.warn_once("log-sink-no-sdk", "no OpenTelemetry SDK tracer provider is set in this process "
                           "(run under evlog-instrument or call evlog.configure() first); the log is not installed")
         return None
@@ -327,7 +327,7 @@ def set_log_sink(log, provider=None, *, default: bool = True) -> bool:
         d = registry.dispatch.get(provider)
         if d is None:
             d = registry.dispatch[provider] = LogDispatch()
-            provider.add_span_processor(d)
+            add_span_processor(provider, d)
             registry.changed()
         if not any(x is log for x in d.logs):
             d.logs = d.logs + (log,)

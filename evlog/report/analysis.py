@@ -19,20 +19,29 @@ from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_M
 from .model import Computation, Task, build, union_ns
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
-    comps = build(spans)
+    return analyse_with_model(spans, logs, source)[0]
+
+
+def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", comps: list | None = None,
+                       left_out: dict | None = None) -> tuple[dict, list[Computation]]:
+    """``analyse``, and the computations it found (evlog.report.model), for what-if (whatif_run).
+    ``comps``: the computations already built from ``spans`` (evlog.report.whole), and ``left_out``
+    ({why: computations}) those left out as not whole: the report says it is partial."""
+    if comps is None:
+        comps = build(spans)
     made = made_by(comps)
     out_comps = [computation(c, made) for c in comps]
-    stories = _stories(spans, {x["key"] for c in out_comps for x in c["stragglers"] + c["failures"]})
-    for c in out_comps:
-        for x in c["stragglers"] + c["failures"]:
-            x["story"] = stories.get(x["key"], [])
+    told = [x for c in out_comps for x in c["stragglers"] + c["failures"] + c["retries"]]
+    stories = _stories(spans, {x["key"] for x in told})
+    for x in told:
+        x["story"] = stories.get(x["key"], [])
     ws = workers(comps)
     most = max(ws, key=lambda w: w["transfer_s"], default=None)
     most = {"worker": most["address"], "transfer_s": most["transfer_s"]} if most and most["transfer_s"] > 0 else None
     pools = groups.pools(spans)
     ranks = groups.ranks(spans, logs)
     meta = metadata(logs)
-    profile.attach(out_comps, comps, pools, logs)  # issue 31: the hottest functions per prefix, from the profile
+    profile.attach(out_comps, comps, pools, logs)  # the hottest functions per prefix, from the sampling profile
     advice = [a for c in out_comps for a in c["advice"]]
     advice += worker_advice(ws, comps)
     if pools:
@@ -44,9 +53,10 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
         if part and part.get("start") is not None:
             times += [int(part["start"] * NS), int(part["end"] * NS)]
     start, end = (min(times), max(times)) if times else (None, None)
-    return {
+    out = {
         "source": source,
-        "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else 0.0,
+        "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else None,
+        "partial": bool(left_out), "left_out": dict(left_out or {}),
         "computations": out_comps,
         "workers": ws,
         "most_transfer": most,
@@ -55,6 +65,7 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
         "metadata": meta,
         "advice": advice,
     }
+    return out, comps
 
 
 # -------------------------------------------------------------------------------------------------
@@ -112,6 +123,14 @@ def _median(xs: list) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
+def _p95(xs: list) -> float:
+    """The 95th percentile (nearest rank): a figure a few slow tasks move, unlike the median."""
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, -(-95 * len(xs) // 100) - 1))]
+
+
 def prefixes(c: Computation) -> dict:
     by: dict[str, list[Task]] = {}
     for t in c.tasks.values():
@@ -126,11 +145,14 @@ def prefixes(c: Computation) -> dict:
             "queued_s": dur(sum(t.queued_ns for t in ts)),
             "erred_s": dur(sum(t.erred_ns for t in ts)),
             "erred": sum(1 for t in ts if t.erred),
-            "retried": sum(1 for t in ts if len(t.executions) > 1),
+            "retried": sum(len(t.executions) - 1 for t in ts if len(t.executions) > 1),  # extra attempts
             "median_s": dur(_median([t.compute_ns + t.transfer_ns + t.queued_ns for t in ran])),
             "median_compute_s": dur(_median([t.compute_ns for t in ran])),
+            "p95_compute_s": dur(_p95([t.compute_ns for t in ran])),
             "median_transfer_s": dur(_median([t.transfer_ns for t in ran])),
+            "p95_transfer_s": dur(_p95([t.transfer_ns for t in ran])),
             "median_queued_s": dur(_median([t.queued_ns for t in ran])),
+            "p95_queued_s": dur(_p95([t.queued_ns for t in ran])),
             "max_compute_s": dur(max((t.compute_ns for t in ran), default=0)),
         }
     return out
@@ -176,6 +198,23 @@ def failures(c: Computation) -> tuple[list[dict], int]:
     return own[:MAX_LISTED], blamed + max(0, len(own) - MAX_LISTED)
 
 
+def retries(c: Computation) -> list[dict]:
+    """Tasks that ran more than once in this call because an attempt raised (Dask's ``retries=``):
+    each with its attempts, the first failed attempt's exception and the time the failed attempts
+    took, whether or not a later attempt succeeded."""
+    out = []
+    for t in sorted(c.tasks.values(), key=lambda t: t.end or 0):
+        failed = [e for e in t.executions[:-1] if e.erred] + ([t.last] if t.erred and t.last is not None else [])
+        if len(t.executions) < 2 or not failed:
+            continue
+        etype, msg = split_exception(failed[0].error)
+        out.append({"key": t.key, "prefix": t.prefix, "attempts": len(t.executions), "failed": len(failed),
+                    "succeeded": not t.erred, "exception": f"{etype}: {msg}" if etype else msg,
+                    "exception_type": etype, "message": msg, "worker": failed[0].worker,
+                    "erred_s": dur(t.erred_ns), "time": secs(failed[0].end)})
+    return out
+
+
 def computation(c: Computation, made: dict | None = None) -> dict:
     path = critical_path(c, made)
     rows = [_task_row(t, c) for t in path]
@@ -188,8 +227,9 @@ def computation(c: Computation, made: dict | None = None) -> dict:
     pre = prefixes(c)
     fails, blamed = failures(c)
     out = {
-        "id": c.id, "name": c.name, "method": c.method, "trace_id": c.trace_id,
-        "start": secs(c.start), "end": secs(c.end), "wall_s": dur(c.wall_ns), "tasks": len(c.tasks),
+        "id": c.id, "name": c.name, "method": c.method, "key": c.first_key, "trace_id": c.trace_id,
+        "start": secs(c.start), "end": secs(c.end), "tasks": len(c.tasks),
+        "wall_s": dur(c.wall_ns) if c.start is not None and c.end is not None else None,  # never since 1970
         "critical_path": rows,
         "critical_path_start": secs(path_start), "critical_path_wall_s": dur(wall),
         "critical_path_s": dur(on_path),
@@ -198,6 +238,7 @@ def computation(c: Computation, made: dict | None = None) -> dict:
         "prefixes": pre,
         "stragglers": stragglers(c),
         "failures": fails,
+        "retries": retries(c),
         "erred_dependents": blamed,
         "transfer_s": dur(union_ns([(x["start"], x["end"]) for x in c.transfers])),
         "running": running(c),
@@ -270,7 +311,23 @@ def advice(c: dict) -> list[str]:
         f = c["failures"][0]
         more = f" (and {len(c['failures']) - 1} more)" if len(c["failures"]) > 1 else ""
         out.append(f"{name}: task {f['key']} failed with {f['exception'] or 'an error'}: {f['message'][:120]}{more}")
+    on_path = {r["key"] for r in path}
+    saved = [x for x in c["retries"] if x["succeeded"]]
+    for x in saved:
+        if x["key"] in on_path and x["erred_s"] > 0:
+            out.append(f"{name}: task {x['key']} failed {_times_word(x['failed'])} ({x['exception'][:120]}) and "
+                       f"succeeded on a retry; its failed attempts cost {ms(x['erred_s'])} on the critical path")
+    others = [x for x in saved if x["key"] not in on_path or not x["erred_s"]]
+    if others:
+        x = others[0]
+        more = f" (and {len(others) - 1} more task{'s' if len(others) > 2 else ''})" if len(others) > 1 else ""
+        out.append(f"{name}: task {x['key']} succeeded only on a retry after {x['exception'][:120]}{more}: "
+                   f"see `evlog story {x['key']}`")
     return out
+
+
+def _times_word(n: int) -> str:
+    return "once" if n == 1 else "twice" if n == 2 else f"{n} times"
 
 
 # -------------------------------------------------------------------------------------------------

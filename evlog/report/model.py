@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from evlog.data.intervals import merge
 from evlog.report.common import NS
+from evlog.wire import dask as wire_dask
 
 _FINAL = ("memory", "erred")
 _READY = ("processing", "queued", "no-worker")
@@ -139,7 +140,7 @@ class Task:
 class Computation:
     """One client call (a ``dask.compute`` span) and the task lives that belong to it."""
 
-    __slots__ = ("id", "span", "trace_id", "method", "first_key", "start", "end", "tasks", "transfers")
+    __slots__ = ("id", "span", "trace_id", "method", "first_key", "start", "end", "tasks", "transfers", "name")
 
     def __init__(self, cid: str, span: dict | None, trace_id: str):
         self.id = cid
@@ -150,24 +151,107 @@ class Computation:
         self.first_key = str(a.get("dask.task.key") or "")
         self.start = span["start"] if span is not None else None
         self.end = span["end"] if span is not None else None
-        self.tasks: dict[str, Task] = {}  # the last life of each key in this computation
+        self.tasks: dict[str, Task] = {}  # the life of each key that ran for this computation
         self.transfers: list[dict] = []
+        self.name = ""  # set by ``name_all``, once the run's computations are known
 
-    @property
-    def name(self) -> str:
-        n = len(self.tasks)
-        key = self.first_key or (next(iter(self.tasks)) if self.tasks else self.trace_id)
-        return f"{self.method} {key}" + (f" ({n:,} tasks)" if n != 1 else "")
+    def add(self, t: Task) -> None:
+        """A life of a key that ran for this call. A key that ran in two lives of one call (its result
+        was lost with a worker and computed again) stands as its last life, with the earlier life's
+        executions as earlier attempts."""
+        before = self.tasks.get(t.key)
+        if before is not None and before is not t:
+            t.executions[:0] = [e for e in before.executions if e not in t.executions]
+        self.tasks[t.key] = t
 
     def close(self) -> None:
-        """Widen the window to the tasks' lives: a map's span covers only the submission."""
-        starts = [t.submitted for t in self.tasks.values() if t.submitted is not None]
+        """The window is the client call's own span; a call whose span covers only the submission
+        (map, submit, persist) extends to the end of its tasks, and a computation without a span
+        (a graph the scheduler received without a trace context) is its tasks' lives."""
         ends = [t.end for t in self.tasks.values() if t.end is not None]
         ends += [x["end"] for x in self.transfers]
-        if starts:
-            self.start = min(starts) if self.start is None else min(self.start, min(starts))
+        if self.start is None:
+            starts = [t.submitted for t in self.tasks.values() if t.submitted is not None]
+            self.start = min(starts) if starts else None
         if ends:
             self.end = max(ends) if self.end is None else max(self.end, max(ends))
+
+    @property
+    def wall_ns(self) -> int:
+        return max(0, (self.end or 0) - (self.start or 0))
+
+    def what(self, span_names: dict | None = None) -> str:
+        """What the user computed, in Dask's words: the output's prefix (the delayed function's name, or
+        the collection's last step: ``sum-aggregate``), never Dask's ``finalize-...`` wrapper, and the
+        Dask span its tasks ran in (``span_names``: Dask span id -> its name path)."""
+        span = dask_span_of(self.tasks.values(), span_names or {})
+        key = self.first_key or (next(iter(self.tasks)) if self.tasks else "")
+        t = self.tasks.get(key)
+        prefix = t.prefix if t is not None else key_prefix(key)
+        if prefix.startswith("finalize") and t is not None and t.deps:
+            below = [self.tasks[d].prefix if d in self.tasks else key_prefix(d) for d in t.deps]
+            prefix = max(set(below), key=below.count)
+        prefix = prefix or self.trace_id[:16]
+        return f"{prefix} in {span}" if span else prefix
+
+
+def name_all(comps: list[Computation], span_names: dict | None = None) -> None:
+    """Names the computations ``{method} {what} ({n} tasks)``; a name used again (the same graph
+    computed in a loop) gets `` #2``, `` #3``, ... in start order, so advice can say which call."""
+    seen: dict[str, int] = {}
+    for c in comps:
+        n = len(c.tasks)
+        base = f"{c.method} {c.what(span_names)}" + (f" ({n:,} tasks)" if n != 1 else "")
+        k = seen[base] = seen.get(base, 0) + 1
+        c.name = base if k == 1 else f"{base} #{k}"
+
+
+def dask_span_of(tasks, span_names: dict) -> str:
+    """The innermost Dask span (``distributed.span``) all these tasks ran in, as ``etl / load``: the
+    common start of their spans' name paths. Empty when they ran in none (Dask's implicit ``default``
+    span has no ``dask.span.id``) or in unrelated ones."""
+    path = None
+    for t in tasks:
+        sid = t.span["attributes"].get(wire_dask.ATTR_SPAN_ID) if t.span is not None else None
+        p = span_names.get(str(sid), ()) if sid else ()
+        if path is None:
+            path = p
+        elif p != path:
+            n = 0
+            while n < min(len(p), len(path)) and p[n] == path[n]:
+                n += 1
+            path = path[:n]
+        if not path:
+            return ""
+    return " / ".join(str(x) for x in path or ())  # as the Dask spans' tables and panel write a path
+
+
+def span_names(span_rows: list[dict]) -> dict:
+    """Dask span id -> its name path (a tuple), from the run's ``dask.span {tag}`` spans."""
+    out = {}
+    for r in span_rows:
+        if r["name"].startswith(wire_dask.SPAN_NAME + " "):
+            a = r["attributes"]
+            name = a.get(wire_dask.ATTR_SPAN_NAME)
+            if a.get(wire_dask.ATTR_SPAN_ID) and isinstance(name, (list, tuple)):
+                out[str(a[wire_dask.ATTR_SPAN_ID])] = tuple(str(x) for x in name)
+    return out
+
+
+def key_prefix(key: str) -> str:
+    """A key's prefix as Dask's ``dask.utils.key_split`` makes it, for keys no task span names (the
+    read side does not import Dask): ``('sum-aggregate-1f2e...', 0)`` -> ``sum-aggregate``,
+    ``load-5b9c...`` -> ``load``."""
+    words = key.split("-")
+    if not words[0][:1].isalpha():
+        prefix = words[0].split(",")[0].strip("_'()\"")
+    else:
+        prefix = words[0]
+    for w in words[1:]:
+        if not w.isalpha() or (len(w) == 8 and w[0] in "abcdef"):  # Dask's test for a hex token
+            break
+        prefix += f"-{w}"
+    return prefix
 
     @property
     def wall_ns(self) -> int:
@@ -273,7 +357,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
         key = str(a.get("dask.task.key") or "")
         if not key:
             continue
-        t = _life_for(lives.get(key), r["start"])
+        t = _life_for(lives.get(key), r, rows_of)
         if t is None:  # an execution the scheduler did not report (its scheduler ran without evlog)
             t = Task(key, str(a.get("dask.task.prefix") or r["name"][13:]), None)
             rows_of[id(t)] = r
@@ -284,7 +368,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
             if after_result(t) and any(not after_result(x) for x in ls):
                 continue  # a second life (a result released or forgotten later) never stands in for the first
             t.comp = comp(rows_of[id(t)])
-            t.comp.tasks[key] = t
+            t.comp.add(t)
     for r in transfers:
         comp(r).transfers.append(r)
     out = [c for c in comps.values() if c.tasks]
@@ -292,6 +376,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
     for c in out:
         c.close()
     out.sort(key=lambda c: (c.start or 0, c.id))
+    name_all(out, span_names(span_rows))
     return out
 
 
@@ -305,17 +390,24 @@ def after_result(t: Task) -> bool:
     return t.span is not None and t.state in ("released", "forgotten")
 
 
-def _life_for(lives: list[Task] | None, t: int) -> Task | None:
-    """The task life an execution starting at ``t`` belongs to: the last one begun before it that
-    can run (not a life after the result)."""
+def _life_for(lives: list[Task] | None, execution: dict, rows_of: dict) -> Task | None:
+    """The task life an execution belongs to. The worker got the trace context of the call it ran
+    for with the task, so a life of the same key and the same parent span (the client call, or its
+    batch) is the one; among those, or where none matches, the last one begun before the execution
+    that can run (not a life after the result). The time test allows ``_TRANSITION_SLACK_NS``: the
+    execution's times are the worker's clock."""
     if not lives:
         return None
     ran = [life for life in lives if not after_result(life)] or lives
+    mine = [life for life in ran
+            if (r := rows_of.get(id(life))) is not None and r["trace_id"] == execution["trace_id"]
+            and r["parent_span_id"] == execution["parent_span_id"]]
+    t = execution["start"]
     best = None
-    for life in ran:
+    for life in mine or ran:
         if life.submitted is not None and life.submitted <= t + _TRANSITION_SLACK_NS:
             best = life
-    return best or ran[0]
+    return best or (mine or ran)[0]
 
 
 # -------------------------------------------------------------------------------------------------

@@ -8,13 +8,24 @@ which the dashboard's flame graph reads too).
 """
 from __future__ import annotations
 
+import os
+import re
+
 from evlog.data.profile_samples import samples
 
 from .common import pct
 
 TOP = 10  # functions listed per prefix in the JSON (text and HTML show 5)
 SHOWN = 5
-DOMINATES = 0.5  # share of a critical-path prefix's samples that makes its top function the advice
+MIN_SAMPLES = 20  # a prefix's profile needs this many samples before it is advice (10 ms apart: 0.2 s)
+DOMINATES = 0.3  # share of a critical-path prefix's sampled time that makes one of its functions the advice
+
+# Frames that are never advice: what the user cannot change or call less of by changing their function
+# (evlog's sampler and hooks, Dask's and Tornado's machinery, the standard library: gc callbacks,
+# logging handlers, genericpath). A sample is charged to its innermost frame outside these.
+_NOT_THE_USERS = re.compile(r"[/\\](evlog|distributed|dask|tornado|cloudpickle|msgpack|toolz|tlz)[/\\]"
+                            r"|[/\\]lib[/\\]python3\.\d+[/\\](?!site-packages|dist-packages)"
+                            r"|^<frozen |^$")
 
 
 def top(ss, limit: int = TOP) -> list[dict]:
@@ -34,9 +45,29 @@ def top(ss, limit: int = TOP) -> list[dict]:
 
 
 def summary(ss) -> dict:
-    """``{"samples", "seconds", "top"}`` of some samples."""
+    """``{"samples", "seconds", "top", "own"}`` of some samples; ``own`` is the user's function that the
+    most sampled time is charged to (``users_hottest``), or None."""
     ss = list(ss)
-    return {"samples": sum(s.count for s in ss), "seconds": round(sum(s.ns for s in ss) / 1e9, 6), "top": top(ss)}
+    return {"samples": sum(s.count for s in ss), "seconds": round(sum(s.ns for s in ss) / 1e9, 6), "top": top(ss),
+            "own": users_hottest(ss)}
+
+
+def users_hottest(ss) -> dict | None:
+    """The function of the user's that holds the most sampled time, each sample charged to its innermost
+    frame that is the user's (``_NOT_THE_USERS``): ``{"function", "file", "line", "seconds", "share"}``
+    (share of all the samples' time), or None when no sample has a frame of the user's."""
+    held: dict = {}
+    total = 0
+    for s in ss:
+        total += s.ns
+        frame = next((f for f in s.stack if not _NOT_THE_USERS.search(f[1] or "")), None)
+        if frame is not None:
+            held[frame] = held.get(frame, 0) + s.ns
+    if not held or not total:
+        return None
+    f = max(held, key=lambda f: (held[f], f))
+    return {"function": f[0], "file": f[1], "line": f[2], "seconds": round(held[f] / 1e9, 6),
+            "share": round(held[f] / total, 4)}
 
 
 def attach(out_comps: list[dict], comps, pools: dict | None, logs: list[dict]) -> None:
@@ -69,24 +100,22 @@ def attach(out_comps: list[dict], comps, pools: dict | None, logs: list[dict]) -
 
 
 def advice(c: dict) -> list[str]:
-    """One line per prefix on the critical path whose time one function takes most of."""
+    """One line per prefix on the critical path whose sampled time one function of the user's holds a
+    good part of, on enough samples to say so (MIN_SAMPLES, DOMINATES)."""
     out = []
     on_path = {r["prefix"] for r in c["critical_path"]}
     for prefix in sorted(on_path):
         prof = (c["prefixes"].get(prefix) or {}).get("profile")
-        if not prof or not prof["top"] or not prof["seconds"]:
+        f = prof.get("own") if prof else None
+        if f is None or prof["samples"] < MIN_SAMPLES or f["share"] < DOMINATES:
             continue
-        f = prof["top"][0]
-        share = f["self"] / prof["seconds"]
-        if share >= DOMINATES:
-            out.append(f"{c['name']}: {f['function']} ({_where(f)}) takes {pct(share)} of the sampled time of "
-                       f"{prefix}, on the critical path: make that function faster")
+        out.append(f"{c['name']}: {f['function']} ({_where(f)}) holds {pct(f['share'])} of the sampled time of "
+                   f"{prefix} ({prof['samples']:,} samples), on the critical path: make that function faster "
+                   f"or call it less")
     return out
 
 
 def _where(f: dict) -> str:
-    import os
-
     return f"{os.path.basename(f['file'])}:{f['line']}" if f["file"] else "?"
 
 

@@ -8,7 +8,7 @@ import html
 import json
 from importlib import resources
 
-from evlog.report.render_text import _call, _d, _pct, _t
+from evlog.report.render_text import _call, _d, _pct, _t, _ts, left_out
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2733;background:#fff}
@@ -49,6 +49,18 @@ _JS = """
     const g = R.metadata[+el.dataset.meta];
     const keys = Object.keys(g.series);
     plot(el, g.process, g.xs, keys.map(k => ({label: k, values: g.series[k]})), g.x === 'time');
+  });
+  document.querySelectorAll('.chart[data-what-if]').forEach(el => {
+    // what-if: predicted time against workers, the recorded run as a point (evlog.report.whatif_run)
+    const w = R.what_if_curve;
+    if (!w || typeof uPlot === 'undefined') return;
+    const recorded = w.workers.map(x => x === w.recorded.workers ? w.recorded.seconds : null);
+    new uPlot({title: 'predicted time against workers (' + w.threads + ' thread' + (w.threads === 1 ? '' : 's') + ' each)',
+      width: Math.min(1100, el.clientWidth || 900), height: 240, scales: {x: {time: false}},
+      axes: [{label: 'workers', incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]}, {label: 'seconds'}],
+      series: [{label: 'workers'}, {label: 'predicted', stroke: '#1a73e8', width: 2},
+               {label: 'recorded', stroke: '#d93025', paths: () => null, points: {show: true, size: 10, fill: '#d93025'}}]},
+      [w.workers, w.predicted_s, recorded], el);
   });
   document.body.dataset.charts = 'done';
 })();
@@ -128,22 +140,29 @@ def _computation(i: int, c: dict) -> str:
         out.append(_table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], rows,
                           "critical-path", [f'class="cp" data-key="{_e(r["key"])}"' for r in path], {0, 4, 5, 6, 7}))
     out.append(f'<div class="chart" data-comp="{i}"></div>')
-    out.append("<h3>Time by prefix (total / median per task)</h3>")
-    rows = [[p, f"{s['count']:,}", f"{_d(s['compute_s'])} / {_d(s['median_compute_s'])}",
-             f"{_d(s['transfer_s'])} / {_d(s['median_transfer_s'])}", f"{_d(s['queued_s'])} / {_d(s['median_queued_s'])}",
-             f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}" if s["erred"] or s["retried"] else "-"]
+    out.append("<h3>Time by prefix (sums in task-seconds; queued per task)</h3>")
+    rows = [[p, f"{s['count']:,}", f"{_ts(s['compute_s'])} / {_d(s['median_compute_s'])}",
+             f"{_ts(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
+             f"{_d(s['median_queued_s'])} / {_d(s.get('p95_queued_s'))}",
+             f"{s['erred']} erred, {s['retried']} retried, {_ts(s['erred_s'])}" if s["erred"] or s["retried"] else "-"]
             for p, s in c["prefixes"].items()]
-    out.append(_table(["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"], rows, "prefixes",
-                      numeric={1}))
-    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out.append(_table(["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
+                       "erred/retried"], rows, "prefixes", numeric={1}))
+    out += _profiles(c["prefixes"])  # the sampling profile's hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("<h3>Stragglers</h3>")
         for s in c["stragglers"]:
             out.append(f'<details class="straggler" data-key="{_e(s["key"])}"><summary><b>{_e(s["key"])}</b> '
                        f"{_d(s['compute_s'])}, {s['ratio']}x the median {_d(s['median_s'])}, on {_e(s['worker'])} "
                        f"{_e(s['thread'])}</summary>{_story(s.get('story') or [])}</details>")
-    if c["failures"]:
-        out.append("<h3>Failures</h3>")
+    if c["failures"] or c.get("retries"):
+        out.append("<h3>Failures and retries</h3>")
+        for x in c.get("retries") or []:
+            if x["succeeded"]:
+                out.append(f'<details class="retry" data-key="{_e(x["key"])}"><summary><b>{_e(x["key"])}</b> '
+                           f"{_e(x['exception'])} (failed {x['failed']} of {x['attempts']} attempts, then succeeded; "
+                           f"first on {_e(x['worker'] or '?')})</summary>{_story(x.get('story') or [])}</details>")
         for f in c["failures"]:
             what = f"{f['exception']}: {f['message']}" if f["exception"] else f["message"]
             out.append(f'<details class="failure" data-key="{_e(f["key"])}" open><summary><b>{_e(f["key"])}</b> '
@@ -162,7 +181,7 @@ def _vendor(name: str) -> str:
 def render_html(rep: dict) -> str:
     comps = rep["computations"]
     chosen = [i for i, c in enumerate(comps) if c["failures"] or c["stragglers"]]
-    chosen += sorted((i for i in range(len(comps)) if i not in chosen), key=lambda i: -comps[i]["wall_s"])
+    chosen += sorted((i for i in range(len(comps)) if i not in chosen), key=lambda i: -(comps[i]["wall_s"] or 0))
     chosen = sorted(chosen[:DETAILED])
     parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>evlog report: {_e(rep['source'])}</title>",
@@ -170,6 +189,7 @@ def render_html(rep: dict) -> str:
              "<h1>evlog report</h1>",
              f'<p class="muted">{_e(rep["source"])}<br>{_t(rep["start"], True)} .. {_t(rep["end"])} UTC '
              f'({_d(rep["wall_s"])}); {len(comps):,} computations, {len(rep["workers"])} workers</p>',
+             f'<p class="partial">Partial: {_e(left_out(rep["left_out"]))}</p>' if rep.get("partial") else "",
              '<section id="advice"><h2>Advice</h2>',
              ('<ul class="advice">' + "".join(f"<li>{_e(a)}</li>" for a in rep["advice"]) + "</ul>")
              if rep["advice"] else "<p>Nothing stands out.</p>", "</section>"]
@@ -188,13 +208,14 @@ def render_html(rep: dict) -> str:
         parts.append('<section id="workers"><h2>Workers</h2>' + _table(
             ["worker", "tasks", "threads", "busy", "utilisation", "idle", "longest idle", "transfer in"], rows,
             "workers", numeric={1, 2, 3, 4, 5}) + "</section>")
+    parts += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         rows = [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]), f["erred"]]
                 for fn, f in p["functions"].items()]
         parts.append('<section id="pools"><h2>Pools: time by function</h2>' + _table(
             ["function", "kind", "calls", "total", "median", "longest", "erred"], rows, "pools", numeric={2, 3, 4, 5, 6})
-            + "".join(_profiles(p["functions"]))  # issue 31
+            + "".join(_profiles(p["functions"]))  # the same per pool function
             + "".join(f"<p>straggler: {_e(_call(s))}{_e(s['function'])} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                       f"{_e(s['process'])} {_e(s['thread'])}</p>" for s in p["stragglers"][:20])
             + "".join(f"<details open><summary>failed: {_e(_call(f))}{_e(f['function'])} {_e(f['exception'])}: {_e(f['message'])}"
@@ -217,6 +238,7 @@ def render_html(rep: dict) -> str:
                          + _table(["key", "last", "first", "min", "max", "trend"], rows, "metadata")
                          + f'<div class="chart" data-meta="{i}"></div>')
         parts.append("</section>")
+    parts += _what_if(rep)
     data = json.dumps(rep, default=str).replace("<", "\\u003c")
     parts.append(f'<script id="report-data" type="application/json">{data}</script>')
     parts.append(f"<script>{_vendor('uPlot.iife.min.js')}</script>")
@@ -235,4 +257,60 @@ def _profiles(groups: dict) -> list[str]:
             out.append(f'<h4>Hottest functions of {_e(name)} <span class="muted">({prof["samples"]:,} samples, '
                        f'{_d(prof["seconds"])} sampled; top {min(SHOWN, len(prof["top"]))} by self time)</span></h4>')
             out.append(_table(["function", "where", "self", "total"], rows(prof), "profile", numeric={2, 3}))
+    return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    if not lines:
+        return []
+    return ["<h3>Where the task time went <span class=\"muted\">(Dask's fine performance metrics)</span></h3>",
+            '<ul class="activity">' + "".join(f"<li>{_e(x)}</li>" for x in lines) + "</ul>"]
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    if not spans:
+        return []
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return ['<section id="dask-spans"><h2>Dask spans <span class="muted">(distributed.span; a span\'s figures '
+            "include its sub-spans')</span></h2>"
+            + _table(["span", "start (UTC)", "wall", "task time", "where it went"], rows, "dask-spans", numeric={2, 3})
+            + "</section>"]
+
+
+# ---- what-if (evlog.report.whatif_run) ----------------------------------------------------------
+
+def _what_if(rep: dict) -> list[str]:
+    """The shapes asked with --what-if: a table of predicted against recorded time and what limits
+    each, the model's inputs, and the curve of predicted time against workers (drawn in the page)."""
+    from evlog.report.whatif_run import limit_words, model_words, shape_name
+
+    entries = rep.get("what_if")
+    if not entries:
+        return []
+    rows = [[shape_name(e), _d(e["predicted_s"]), _d(e["recorded_s"]), limit_words(e)] for e in entries]
+    out = ['<section id="what-if"><h2>What if</h2>',
+           '<p class="muted">The recorded run replayed on other shapes (docs/report.md, "What-if").</p>',
+           _table(["shape", "predicted", "recorded", "limited by"], rows, "what-if", numeric={1, 2})]
+    out += [f'<p class="muted">{_e(line)}</p>' for line in model_words(rep.get("what_if_model") or {})]
+    if rep.get("what_if_curve"):
+        out.append('<div class="chart" data-what-if="1"></div>')
+    comps = [c for c in rep["computations"] if c.get("what_if")]
+    if len(comps) > 1:
+        shapes = [shape_name(e) for e in comps[0]["what_if"]]
+        rows = [[c["name"], _d(c["wall_s"])] + [_d(e["predicted_s"]) for e in c["what_if"]] for c in comps[:200]]
+        out.append("<h3>Per computation (predicted)</h3>" + _table(["name", "recorded"] + shapes, rows,
+                                                                   "what-if-computations",
+                                                                   numeric=set(range(1, len(shapes) + 2))))
+    out.append("</section>")
     return out

@@ -31,6 +31,18 @@ def _call(x: dict) -> str:
     return f"{name} of " if name else ""
 
 
+def left_out(why: dict) -> str:
+    """What a partial report left out: the run folder is still being written, or was cut short."""
+    n = sum(why.values())
+    return (f"{n:,} computation{'s' if n != 1 else ''} left out, not whole in what was recorded ("
+            + "; ".join(f"{k}: {v:,}" for k, v in why.items()) + ")")
+
+
+def _ts(s: float | None) -> str:
+    """A sum over tasks: task-seconds, never shown as if it were wall time."""
+    return "-" if not s else f"{s:.3f} task-s" if s >= 1 else _d(s)
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -73,24 +85,30 @@ def _computation(c: dict) -> list[str]:
             rows.append([str(i), key, r["prefix"], r["worker"] or "-", rel, _d(r["queued_s"]),
                          _d(r["transfer_s"]), _d(r["compute_s"]) + (" (erred)" if r["erred"] else "")])
         out += _table(rows)
-    out.append("Time by prefix (total / median per task):")
-    rows = [["prefix", "tasks", "compute", "transfer", "queued", "erred/retried"]]
+    out.append("Time by prefix (sums in task-seconds; queued per task):")
+    rows = [["prefix", "tasks", "compute sum / median", "transfer sum / median", "queued median / p95",
+             "erred/retried"]]
     for p, s in c["prefixes"].items():
-        rows.append([p, f"{s['count']:,}", f"{_d(s['compute_s'])} / {_d(s['median_compute_s'])}",
-                     f"{_d(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
-                     f"{_d(s['queued_s'])} / {_d(s['median_queued_s'])}",
-                     f"{s['erred']} erred, {s['retried']} retried, {_d(s['erred_s'])}"
+        rows.append([p, f"{s['count']:,}", f"{_ts(s['compute_s'])} / {_d(s['median_compute_s'])}",
+                     f"{_ts(s['transfer_s'])} / {_d(s['median_transfer_s'])}",
+                     f"{_d(s['median_queued_s'])} / {_d(s.get('p95_queued_s'))}",
+                     f"{s['erred']} erred, {s['retried']} retried, {_ts(s['erred_s'])}"
                      if s["erred"] or s["retried"] else "-"])
     out += _table(rows)
-    out += _profiles(c["prefixes"])  # issue 31: the hottest functions per prefix
+    out += _profiles(c["prefixes"])  # the sampling profile's hottest functions per prefix
+    out += _activity(c["prefixes"])  # Dask's fine performance metrics: where each prefix's time went
     if c["stragglers"]:
         out.append("Stragglers (over 5x their prefix's median compute, and over 100 ms):")
         for s in c["stragglers"]:
             out.append(f"  {s['key']}  {_d(s['compute_s'])}, {s['ratio']}x the median {_d(s['median_s'])}, "
                        f"on {s['worker']} {s['thread']}".rstrip())
             out += _story(s.get("story") or [], STORY_LINES)
-    if c["failures"]:
-        out.append("Failures:")
+    if c["failures"] or c.get("retries"):
+        out.append("Failures and retries:")
+        for x in c.get("retries") or []:
+            if x["succeeded"]:
+                out.append(f"  {x['key']}  {x['exception']}  (failed {x['failed']} of {x['attempts']} attempts, "
+                           f"then succeeded; first on {x['worker'] or '?'}, {_t(x['time'])} UTC)")
         for f in c["failures"]:
             what = f"{f['exception']}: {f['message']}" if f["exception"] else f["message"]
             out.append(f"  {f['key']}  {what}  (on {f['worker'] or '?'}, {_t(f['time'])} UTC)")
@@ -109,6 +127,8 @@ def render_text(rep: dict) -> str:
     if rep["start"] is not None:
         out.append(f"{_t(rep['start'], True)} .. {_t(rep['end'])} UTC ({_d(rep['wall_s'])}); "
                    f"{len(comps):,} computation{'s' if len(comps) != 1 else ''}, {len(rep['workers'])} workers")
+    if rep.get("partial"):
+        out.append(f"Partial: {left_out(rep['left_out'])}")
     out.append("")
     out.append("Advice:")
     out += [f"  - {a}" for a in rep["advice"]] or ["  (nothing stands out)"]
@@ -123,7 +143,7 @@ def render_text(rep: dict) -> str:
         if len(comps) > 50:
             out.append(f"  ... {len(comps) - 50:,} more (all of them in --format json)")
         chosen = [c for c in comps if c["failures"] or c["stragglers"]]
-        chosen += sorted((c for c in comps if c not in chosen), key=lambda c: -c["wall_s"])
+        chosen += sorted((c for c in comps if c not in chosen), key=lambda c: -(c["wall_s"] or 0))
         chosen = chosen[:DETAILED]
         for c in sorted(chosen, key=lambda c: c["start"] or 0):
             out.append("")
@@ -143,12 +163,13 @@ def render_text(rep: dict) -> str:
                         "idle", "longest idle", "transfer in"], rows)
         if rep["most_transfer"]:
             out.append(f"  most transfer time: {rep['most_transfer']['worker']} ({_d(rep['most_transfer']['transfer_s'])})")
+    out += _dask_spans(rep.get("dask_spans") or [])  # the program's distributed.span blocks
     p = rep.get("pools")
     if p:
         out += _section("Pools (time by function):", ["function", "kind", "calls", "total", "median", "longest", "erred"],
                         [[fn, f["kind"], f"{f['count']:,}", _d(f["total_s"]), _d(f["median_s"]), _d(f["max_s"]),
                           str(f["erred"])] for fn, f in p["functions"].items()])
-        out += _profiles(p["functions"])  # issue 31: the hottest functions per pool function
+        out += _profiles(p["functions"])  # the same per pool function
         for s in p["stragglers"][:10]:
             out.append(f"  straggler: {_call(s)}{s['function']} {_d(s['seconds'])}, {s['ratio']}x the median, in "
                        f"{s['process']} {s['thread']} at {_t(s['start'])}".rstrip())
@@ -172,6 +193,7 @@ def render_text(rep: dict) -> str:
                 rows.append([k, f"{s['last']:.6g}", f"{s['first']:.6g}", f"{s['min']:.6g}", f"{s['max']:.6g}",
                              s["trend"]])
             out += _table(rows, "    ")
+    out += _what_if(rep)
     return "\n".join(out) + "\n"
 
 
@@ -186,4 +208,54 @@ def _profiles(groups: dict) -> list[str]:
             out.append(f"Hottest functions of {name} ({prof['samples']:,} samples, {_d(prof['seconds'])} sampled; "
                        f"top {min(SHOWN, len(prof['top']))} by self time):")
             out += _table([["function", "where", "self", "total"]] + rows(prof))
+    return out
+
+
+# ---- Dask's own vocabulary (evlog.report.activity) ---------------------------------------------
+
+def _activity(prefixes: dict) -> list[str]:
+    """One line per prefix: where its task time went, by Dask's fine performance metrics."""
+    from evlog.report.activity import line
+
+    lines = [line(p, s["activity_s"]) for p, s in prefixes.items() if s.get("activity_s")]
+    lines = [x for x in lines if x]
+    return ["Where the task time went (Dask's fine performance metrics):"] + [f"  {x}" for x in lines] if lines else []
+
+
+def _dask_spans(spans: list[dict]) -> list[str]:
+    """The program's Dask spans: wall time, its tasks' time and where it went."""
+    from evlog.report.activity import line
+
+    rows = [[" / ".join(s["name"]), _t(s["start"]), _d(s["wall_s"]), _d(s["execute_s"]),
+             line("", s["activity_s"])[2:] or "-"] for s in spans]
+    return _section("Dask spans (distributed.span; a span's figures include its sub-spans'):",
+                    ["span", "start", "wall", "task time", "where it went"], rows) if rows else []
+
+
+# ---- what-if (evlog.report.whatif_run) ----------------------------------------------------------
+
+
+def _what_if(rep: dict) -> list[str]:
+    """The shapes asked with --what-if: predicted against recorded time, what limits each; the
+    model's inputs; per computation when there are several."""
+    from evlog.report.whatif_run import limit_words, model_words, shape_name
+
+    entries = rep.get("what_if")
+    if not entries:
+        return []
+    out = ["", "What if (the recorded run replayed on other shapes; docs/report.md, \"What-if\"):"]
+    rows = [["shape", "predicted", "recorded", "limited by"]]
+    rows += [[shape_name(e), _d(e["predicted_s"]), _d(e["recorded_s"]), limit_words(e)] for e in entries]
+    out += _table(rows)
+    out += [f"  {line}" for line in model_words(rep.get("what_if_model") or {})]
+    comps = [c for c in rep["computations"] if c.get("what_if")]
+    if len(comps) > 1:
+        shapes = [shape_name(e) for e in comps[0]["what_if"]]
+        out.append("  per computation (predicted):")
+        rows = [["name", "recorded"] + shapes]
+        for c in sorted(comps, key=lambda c: -(c["wall_s"] or 0))[:DETAILED]:
+            rows.append([c["name"], _d(c["wall_s"])] + [_d(e["predicted_s"]) for e in c["what_if"]])
+        out += _table(rows, "    ")
+        if len(comps) > DETAILED:
+            out.append(f"    ... {len(comps) - DETAILED:,} more (all of them in --format json)")
     return out

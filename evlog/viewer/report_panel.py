@@ -1,16 +1,23 @@
 """The dashboard's report panel: `evlog report` on the dashboard's own store, plus what the page needs
 to mark the report's findings in the Gantt (store row ids of the critical path's spans).
 
-The analysis is evlog.report's, unchanged (``store_rows`` + ``analyse``): the panel shows the same
-figures as `evlog report --format json` on the same data.
+The analysis is evlog.report's (``store_rows`` + ``analyse``), on what is consistent: a run folder still
+being read is not analysed until it is read (the panel says how far it has come), and a Dask
+computation is analysed only once it is whole (``whole_computations``): its client call's span, every
+task's scheduler span and execution, every dependency. A computation still running, or cut off by the
+end of what is stored, is left out and the panel marked ``partial``, saying how many and why; so the
+panel never shows a computation with half its tasks, or a start it does not have. On a whole run the
+figures are those of `evlog report --format json` on the same data.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from evlog.data.jsonsafe import finite
-from evlog.data.store import store_rows
-from evlog.report.analysis import analyse
+from evlog.data.store import store_points, store_rows
+from evlog.report import activity
+from evlog.report.analysis import analyse_with_model
+from evlog.report.whole import whole_computations
 
 _CHUNK = 500  # keys per SQL IN (...)
 
@@ -62,16 +69,23 @@ def _link_pool_calls(store: Any, pools: dict | None) -> None:
             x["row_id"] = found[x["span_id"]]
 
 
-def dashboard_report(store: Any, source: str = "") -> dict:
+def dashboard_report(store: Any, source: str = "", loading: dict | None = None) -> dict:
     """The report's dict, with ``marks``: the critical paths' keys, their spans' row ids, and where
-    those spans sit in the Gantt (``spans_of_ids``), for the Gantt and the DAG. ``empty`` when nothing is stored yet; ``error`` when the
-    analysis failed on the data."""
-    empty = {"empty": True, "computations": [], "advice": [], "marks": {"critical_keys": [], "critical_ids": []}}
+    those spans sit in the Gantt (``spans_of_ids``), for the Gantt and the DAG. ``empty`` when nothing is
+    stored yet, or while a run folder is still being read (``loading``: how far, from `evlog view`);
+    ``partial`` with ``left_out`` ({why: computations}) when computations not whole yet were left out;
+    ``error`` when the analysis failed on the data."""
+    empty = {"empty": True, "partial": False, "left_out": {}, "computations": [], "advice": [],
+             "marks": {"critical_keys": [], "critical_ids": []}}
+    if loading and loading.get("state") == "loading":
+        return {**empty, "partial": True, "loading": loading}
     spans, logs = store_rows(store)
     if not spans and not logs:
         return empty
     try:
-        rep = analyse(spans, logs, source)
+        spans, left, comps = whole_computations(spans)
+        rep, _ = analyse_with_model(spans, logs, source, comps, left)
+        activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
     except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
         return {**empty, "error": f"the report could not be made from this data: {e!r}"}
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]

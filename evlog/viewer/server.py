@@ -1,5 +1,13 @@
 """The dashboard: an aiohttp app (page, JSON API, server-sent live updates, token check) over a Store.
 
+With a token, the API answers a request that carries it: an ``Authorization: Bearer`` header (the page
+sends one once it has asked for the token), ``?token=``, or the session cookie. The page itself
+opened as ``/?token=TOKEN`` sets that cookie (HttpOnly, SameSite=Strict) and redirects to the URL
+without the token, so the secret stays out of the browser's history and any proxy's log; an API
+answer to a request with the header or ``?token=`` sets the cookie too, so live updates (EventSource,
+which sends no headers) need no token in their URL. The cookie holds a value derived from the token
+(evlog.data.bearer), named for the server's port, as cookies are shared by every port of a host.
+
 ``Dashboard(store).install(app)`` adds its routes to an aiohttp app: the one `evlog serve` shares with
 the OTLP receiver, or the one `evlog view` runs alone. Every query runs in a small thread pool, so the
 event loop (which also takes OTLP/HTTP exports) never waits on SQLite; answers are cached per store
@@ -14,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import hmac
 import ipaddress
 import json
 import math
@@ -23,10 +30,12 @@ import sqlite3
 import threading
 from typing import Any, Callable
 
+from evlog.data import bearer
 from evlog.data.panels.console import console
 from evlog.data.panels.dag import task_graph
 from evlog.data.panels.events import events
-from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, gantt
+from evlog.data.panels.fine_metrics import fine_metrics
+from evlog.data.panels.gantt import GANTT_BINS, MAX_BARS, MAX_BINS, MIN_BINS, gantt
 from evlog.data.panels.metadata import graphs
 from evlog.data.panels.overview import overview, runs
 from evlog.data.panels.plots import plots
@@ -55,13 +64,17 @@ class Dashboard:
     """Routes, API, live updates and token check over one Store.
 
     ``source``: what the page says it shows (a run folder, or "OTLP receiver on ...").
-    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters).
+    ``extra_status``: a callable returning a dict merged into /api/overview (receiver counters; while
+    `evlog view` reads a folder, ``loading``: how far it has come); call ``status_changed()`` when what it
+    says changes without the store changing (the folder is read), so open pages ask again.
     """
 
     def __init__(self, store: Store, *, token: str | None = None, source: str = "",
                  extra_status: Callable[[], dict] | None = None, workers: int = 2):
         self.store = store
         self.token = token or None
+        self._token = self.token.encode() if self.token else None
+        self._cookie = bearer.cookie_value(self._token) if self._token else ""
         self.source = source
         self.extra_status = extra_status
         self.version = store.version
@@ -71,6 +84,7 @@ class Dashboard:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
         self._closing = False
+        self.status_version = 0  # bumped by status_changed()
 
     # ---- live updates
 
@@ -83,6 +97,20 @@ class Dashboard:
                 loop.call_soon_threadsafe(self._wake)
             except RuntimeError:
                 pass
+
+    def status_changed(self) -> None:
+        """What ``extra_status`` says changed (any thread): wake the live-update streams."""
+        self.status_version += 1
+        self.notify()
+
+    def loading(self) -> dict | None:
+        """``extra_status``'s ``loading`` (None when there is none, or it failed)."""
+        if self.extra_status is None:
+            return None
+        try:
+            return self.extra_status().get("loading")
+        except Exception:
+            return None
 
     def _wake(self) -> None:
         for ev in list(self._waiters):
@@ -101,7 +129,8 @@ class Dashboard:
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
-            ("/api/profile", self._profile),  # issue 31: flame graphs (evlog/data/panels/flame.py)
+            ("/api/profile", self._profile),  # flame graphs (evlog/data/panels/flame.py)
+            ("/api/fine", self._fine),  # Dask's fine performance metrics and spans (panels/fine_metrics.py)
         ):
             app.router.add_get(path, fn)
         app.on_startup.append(self._on_startup)
@@ -131,19 +160,55 @@ class Dashboard:
 
         @web.middleware
         async def auth(request: Any, handler: Any) -> Any:
-            if self.token and request.path.startswith("/api/"):
-                given = request.query.get("token") or ""
-                h = request.headers.get("Authorization", "")
-                if h.lower().startswith("bearer "):
-                    given = h[7:].strip()
-                if not hmac.compare_digest(given.encode(), self.token.encode()):
-                    return web.json_response({"error": "token required", "token_required": True}, status=401)
+            how = None
+            if self._token is not None:
+                if request.path == "/" and "token" in request.query:
+                    return self._sign_in(request)
+                if request.path.startswith("/api/"):
+                    how = self._credential(request)
+                    if how is None:
+                        return web.json_response({"error": "token required", "token_required": True}, status=401)
             try:
-                return await handler(request)
+                resp = await handler(request)
             except QueryError as e:
                 return web.json_response({"error": str(e)}, status=500)
+            if how in ("header", "query") and not resp.prepared:  # a stream's headers are gone already
+                self._set_cookie(request, resp)
+            return resp
 
         return auth
+
+    def _cookie_name(self, request: Any) -> str:
+        sock = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        port = sock[1] if isinstance(sock, tuple) and len(sock) > 1 else (request.url.port or 0)
+        return f"evlog-{port}"
+
+    def _credential(self, request: Any) -> str | None:
+        """How the request proves it knows the token ("cookie", "header", "query"), or None."""
+        assert self._token is not None
+        if bearer.matches(request.cookies.get(self._cookie_name(request)), self._cookie.encode()):
+            return "cookie"
+        if bearer.matches(bearer.from_authorization(request.headers.get("Authorization")), self._token):
+            return "header"
+        if bearer.matches(request.query.get("token"), self._token):
+            return "query"
+        return None
+
+    def _set_cookie(self, request: Any, resp: Any) -> None:
+        resp.set_cookie(self._cookie_name(request), self._cookie, path="/", httponly=True, samesite="Strict")
+
+    def _sign_in(self, request: Any) -> Any:
+        """``/?token=...``: the cookie if the token is right, and in any case the same page without the
+        token in its URL (a wrong one gets the page, which asks for it)."""
+        from aiohttp import web
+
+        query = request.query.copy()
+        given = query.popall("token", [None])[0]
+        resp = web.Response(status=303, headers={"Location": str(request.rel_url.with_query(query)),
+                                                 "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"})
+        if bearer.matches(given, self._token):
+            self._set_cookie(request, resp)
+        return resp
 
     # ---- helpers
 
@@ -216,8 +281,12 @@ class Dashboard:
         worker = request.query.get("worker") or None
         t0, t1 = self._float(request, "t0"), self._float(request, "t1")
         whole = request.query.get("whole") in ("1", "true")
-        data = await self._run((run, "gantt", worker, t0, t1, whole), gantt, st, worker, t0, t1, MAX_BARS,
-                               GANTT_BINS, whole)
+        # bins: the page's width in pixels (a bin per pixel column); max_bars: fewer bars than the default
+        b, m = self._float(request, "bins"), self._float(request, "max_bars")
+        bins = GANTT_BINS if b is None else int(min(max(b, MIN_BINS), MAX_BINS))
+        bars = MAX_BARS if m is None else int(min(max(m, 0), MAX_BARS))
+        data = await self._run((run, "gantt", worker, t0, t1, whole, bins, bars), gantt, st, worker, t0, t1, bars,
+                               bins, whole)
         return self._json(data)
 
     async def _plots(self, request: Any) -> Any:
@@ -282,7 +351,9 @@ class Dashboard:
         st, run = await self._view(request)
         from .report_panel import dashboard_report
 
-        return self._json(await self._run((run, "report",), dashboard_report, st, self.source))
+        loading = self.loading()
+        state = loading.get("state") if loading else None
+        return self._json(await self._run((run, "report", state), dashboard_report, st, self.source, loading))
 
     async def _profile(self, request: Any) -> Any:
         """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""
@@ -293,10 +364,16 @@ class Dashboard:
         worker, label, span = q.get("worker") or None, q.get("label") or None, q.get("span") or None
         return self._json(await self._run((run, "profile", worker, label, span), flame, st, worker, label, span))
 
+    async def _fine(self, request: Any) -> Any:
+        """Dask's fine performance metrics of the run, or of one Dask span (``span``), in ``unit``."""
+        st, run = await self._view(request)
+        span, unit = request.query.get("span") or None, request.query.get("unit") or "seconds"
+        return self._json(await self._run((run, "fine", span, unit), fine_metrics, st, span, unit))
+
     async def _stream(self, request: Any) -> Any:
-        """Server-sent events: one ``update`` per store change (at most two a second), a comment
-        every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser to
-        reconnect after 5 s if the server goes away."""
+        """Server-sent events: one ``update`` per store change or status change (at most two a second),
+        a comment every 15 s to keep proxies from closing the stream; ``retry: 5000`` tells the browser
+        to reconnect after 5 s if the server goes away."""
         from aiohttp import web
 
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
@@ -309,9 +386,10 @@ class Dashboard:
             await resp.write(b"retry: 5000\n\n")
             while not self._closing:
                 ev.clear()  # before reading the version: a change after this line sets it again
-                v = self.store.version
+                v = (self.store.version, self.status_version)
                 if v != sent:
-                    await resp.write(f"event: update\ndata: {json.dumps({'version': v})}\n\n".encode())
+                    data = json.dumps({"version": v[0], "status": v[1]})
+                    await resp.write(f"event: update\ndata: {data}\n\n".encode())
                     sent = v
                     await asyncio.sleep(0.5)  # pacing: at most two updates a second per page
                     continue

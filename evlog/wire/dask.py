@@ -20,6 +20,15 @@ Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
   ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
   ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
 - a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
+
+A Dask span the scheduler has put tasks in (``distributed.span``; not Dask's implicit ``default``
+span) is announced in the ``dask.transition`` stream too, before its tasks' first transitions, as
+``(None, NAMED, None, None, time, Dask span id, None)``: its tasks' ``dask.task`` spans then carry its id.
+
+Kind ``dask.readings`` (READINGS), from the scheduler (evlog/observed/dask/readings.py), meta
+``{"start": the scheduler's start time}``: what it read of Dask's span tree and fine performance metrics
+(builders/dask_readings.py), one record per change: SpanSeen, SpanCall, SpanTimes, Figures (fields
+below), and ``(CLOSED, time)`` when the scheduler closes.
 """
 import random
 from enum import IntEnum
@@ -28,17 +37,21 @@ TRANSITIONS = "dask.transition"  # the scheduler's records' kind
 WORKER = "dask.worker"  # a worker's records' kind
 EXECUTE, TRANSFER = 0, 1  # the first field of a worker's record
 SHAPE = "shape"  # the marker of a shape record (the place of a transition's start state)
+NAMED = "span"  # the marker of a Dask span's announcement in the transitions stream (same place)
+READINGS = "dask.readings"  # the scheduler's readings of Dask's spans and fine performance metrics
+SEEN, CALL, TIMES, FIGURES, CLOSED = range(5)  # the first field of a readings record
 SCOPE_NAME = "evlog.dask"  # the instrumentation scope of every Dask span, event and metric
 
 
 class Transition(IntEnum):
-    """Fields of a ``dask.transition`` record (a worker removal and a shape record have KEY None)."""
+    """Fields of a ``dask.transition`` record (a worker removal, a shape record and a Dask span's
+    announcement have KEY None)."""
     KEY = 0
-    START = 1  # SHAPE in a shape record
+    START = 1  # SHAPE in a shape record, NAMED in an announcement
     FINISH = 2
     STIMULUS = 3
     TIME = 4
-    EXTRA = 5  # a removal: the worker; a shape record: the shape
+    EXTRA = 5  # a removal: the worker; a shape record: the shape; an announcement: the Dask span's id
     INFO = 6
 
 
@@ -72,6 +85,59 @@ class Transfer(IntEnum):
     OK = 7
     OUTCOME = 8
     ADDRESS = 9
+
+
+class SpanSeen(IntEnum):
+    """A Dask span seen on the scheduler (its parents are seen before it)."""
+    TAG = 0  # SEEN
+    TIME = 1  #: when the scheduler saw it (about ``Span.enqueued``)
+    ID = 2  #: ``Span.id``
+    NAME = 3  #: ``Span.name``, a tuple of tags: ("etl", "load")
+    PARENT = 4  #: the enclosing span's id, or None for a root
+
+
+class SpanCall(IntEnum):
+    """A client call's graph put tasks in a Dask span (up to MAX_CALLS records per span)."""
+    TAG = 0  # CALL
+    TIME = 1
+    ID = 2  #: the Dask span's id
+    CARRIER = 3  #: the client call's trace context (a carrier: evlog.propagation)
+
+
+class SpanTimes(IntEnum):
+    """A Dask span's times, when they changed."""
+    TAG = 0  # TIMES
+    TIME = 1  #: when read
+    ID = 2
+    START = 3  #: ``Span.start``: its first task's start; 0 until a task finished
+    STOP = 4  #: ``Span.stop`` once ``done``, else None
+    DONE = 5  #: ``Span.done``: every task of the span and its children finished
+
+
+class Figures(IntEnum):
+    """Entries of Dask's fine performance metrics that changed since the last record of their scope."""
+    TAG = 0  # FIGURES
+    TIME = 1  #: when read
+    ID = 2  #: None: ``Scheduler.cumulative_worker_metrics``; a Dask span's id: its ``Span.cumulative_worker_metrics``
+    ITEMS = 3  #: ((key, value), ...): Dask's key (a tuple of str, or a str for a scalar) and its running total
+
+
+MAX_CALLS = 128  # SpanCall records per Dask span (and so links on its dask.span span)
+
+# Names of what the readings become (docs/conventions.md, section Dask)
+SPAN_NAME = "dask.span"  # span "dask.span {last tag}"
+ATTR_SPAN_ID = "dask.span.id"
+ATTR_SPAN_NAME = "dask.span.name"
+ATTR_CONTEXT = "dask.context"
+ATTR_ACTIVITY = "dask.activity"
+ATTR_PREFIX = "dask.task.prefix"
+ATTR_UNIT = "dask.unit"
+ATTR_DIGEST = "dask.digest"
+METRIC_TIME = "dask.worker.time"  # Dask's unit "seconds"
+METRIC_BYTES = "dask.worker.bytes"  # "bytes"
+METRIC_COUNT = "dask.worker.count"  # "count"
+METRIC_VALUE = "dask.worker.value"  # any other unit (a user's own context_meter figures), in ATTR_UNIT
+METRIC_DIGEST = "dask.worker.digest"  # a scalar key (latency, tick-duration, transfer-bandwidth, ...)
 
 
 def trace_of_group(span_id) -> int:

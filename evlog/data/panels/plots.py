@@ -1,5 +1,7 @@
-"""The line plots: metrics as series per process on one x (downsampled past a limit), Dask's memory per
-worker, and the saturation and bytes-held plots as exact steps (steps.py)."""
+"""The line plots: metrics as series per process on one x (downsampled past a limit), the machine's own
+figures (load average, free memory) once per host, Dask's memory per worker, and the saturation and
+bytes-held plots as exact steps (steps.py): processor saturation only where a worker ran tasks on more
+than one thread (with one, it is worker saturation again)."""
 from __future__ import annotations
 
 import collections
@@ -21,30 +23,39 @@ LINE_PLOTS = (
     ("evlog.event.saturation", "Event saturation", "events in flight"),
 )
 ALWAYS_PLOTTED = 4  # the first four are drawn even when empty
+# what every process samples of the machine it runs on: one series per host, whichever process sampled it
+MACHINE_WIDE = frozenset(("system.cpu.load_average.1m", "evlog.memory.free_fraction"))
 
 
 def line_plot(store: Store, name: str, worker: str | None = None, limit: int = MAX_SERIES_POINTS) -> dict:
-    """One metric as series per process, aligned on one x array (seconds) for uPlot."""
-    labels = {p["id"]: p["label"] for p in store.processes()}
+    """One metric as series per process (a machine-wide one: per host), aligned on one x (seconds) for uPlot."""
+    procs = store.processes()
+    labels = {p["id"]: p["label"] for p in procs}
+    machine = name in MACHINE_WIDE
+    if machine:  # the host's samples, whichever of its processes took them (a worker chosen: its host's)
+        hosts = {p["host"] for p in procs if p["label"] == worker} if worker else None
+        labels = {p["id"]: p["host"] or "?" for p in procs if hosts is None or p["host"] in hosts}
     rows, averaged = store.series(name, buckets=limit)
-    per: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    per: dict[str, dict[float, list[float]]] = collections.defaultdict(dict)
     for proc, t, v in rows:
-        label = labels.get(proc, "?")
-        if worker and label != worker:
+        label = labels.get(proc, None if machine else "?")
+        if label is None or (worker and not machine and label != worker):
             continue
         if v is None or not math.isfinite(v):
             continue
-        per[label].append((t / 1e9, v))
-    xs = sorted({t for pts in per.values() for t, _ in pts})
+        per[label].setdefault(t / 1e9, []).append(v)
+    xs = sorted({t for pts in per.values() for t in pts})
     index = {t: i for i, t in enumerate(xs)}
     series = []
     for label in sorted(per):
         vals: list[float | None] = [None] * len(xs)
-        for t, v in per[label]:
-            vals[index[t]] = v
+        for t, vs in per[label].items():
+            vals[index[t]] = sum(vs) / len(vs)  # one host's processes sampling at one instant
         series.append({"label": label, "values": vals})
-    return {"name": name, "x": xs, "series": series, "downsampled": averaged,
-            "note": f"averaged over {limit:,} time buckets" if averaged else ""}
+    note = f"averaged over {limit:,} time buckets" if averaged else ""
+    if machine:
+        note = "the machine's own figure, once per host (sampled by each of its processes)" + (f"; {note}" if note else "")
+    return {"name": name, "x": xs, "series": series, "downsampled": averaged, "note": note, "per_host": machine}
 
 
 def worker_memory(store: Store, worker: str | None = None, limit: int = MAX_SERIES_POINTS) -> dict | None:
@@ -85,9 +96,16 @@ def plots(st: Store, worker: str | None = None) -> list[dict]:
     names = {n for n, _u, _c in st.metric_names()}
     cat, _what = task_category(st)
     exact = {}
+    skip = set()
     if cat in (CAT_EXECUTION, CAT_POOL_TASK):  # tasks with their threads: saturation from the spans
         labels = {p["id"]: p["label"] for p in st.processes()}
         exact = {p["name"]: p for p in steps.saturation(st.gantt_rows(cat), labels, worker)}
+        psat = exact.get("evlog.processor.saturation")
+        if psat is not None:  # a worker of one thread: its processor saturation is its worker saturation
+            psat["series"] = [x for x in psat["series"] if x.get("threads", 1) > 1]
+            if not psat["series"]:
+                del exact["evlog.processor.saturation"]
+                skip.add("evlog.processor.saturation")
     held = st.held_bytes(worker)
     if held:  # a Dask run: the bytes its workers hold, from the scheduler's transitions
         exact["evlog.bytes.allocated"] = steps.held_bytes(held)
@@ -95,6 +113,8 @@ def plots(st: Store, worker: str | None = None) -> list[dict]:
     for i, (name, title, unit) in enumerate(LINE_PLOTS):
         if name in exact:
             out.append(exact[name])
+        elif name in skip:
+            pass
         elif i < ALWAYS_PLOTTED or name in names:
             out.append({**line_plot(st, name, worker), "title": title, "unit": unit})
         if name == "evlog.bytes.allocated":

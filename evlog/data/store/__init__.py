@@ -25,11 +25,11 @@ here: evlog.data.store.
 """
 from .codec import dumps, process_name
 from .protobuf import RawTraces, decode_for_store
-from .rows import store_rows
+from .rows import store_points, store_rows
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, FORMAT, SCHEMA_VERSION, StoreError
 from .store import Store
 from .writer import Ingestor, Overloaded
 
 __all__ = ["CAT_EXECUTION", "CAT_OTHER", "CAT_POOL_TASK", "CAT_SCHED_TASK", "FORMAT", "SCHEMA_VERSION", "Ingestor",
            "Overloaded", "RawTraces", "Store", "StoreError", "decode_for_store", "dumps", "process_name",
-           "store_rows"]
+           "store_points", "store_rows"]

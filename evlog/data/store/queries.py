@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 
+from evlog import process_count
+
 from .codec import loads, process_name
-from .schema import CAT_SCHED_TASK, RUN_OF
+from .schema import CAT_EXECUTION, CAT_OTHER, CAT_SCHED_TASK, RUN_OF
 
 
 class Queries:
@@ -19,8 +21,8 @@ class Queries:
         """The runs stored (by resource attribute evlog.run.id; '' for processes without one), newest
         first: their services, processes and time range."""
         procs: dict = {}
-        for pid, run, service in self._q(f"SELECT id, {RUN_OF}, service FROM processes"):
-            procs[pid] = (run, service)
+        for pid, run, service, resource in self._q(f"SELECT id, {RUN_OF}, service, resource FROM processes"):
+            procs[pid] = (run, service, resource)
         times: dict = {}
         for sql in ("SELECT process, min(start), max(end) FROM spans GROUP BY process",
                     "SELECT process, min(time), max(time) FROM logs GROUP BY process"):
@@ -29,9 +31,10 @@ class Queries:
                 times[p] = (t0 if a is None or (t0 is not None and t0 < a) else a,
                             t1 if b is None or (t1 is not None and t1 > b) else b)
         runs: dict = {}
-        for pid, (run, service) in procs.items():
-            r = runs.setdefault(run, {"run": run, "services": set(), "processes": 0, "start": None, "end": None})
-            r["processes"] += 1
+        for pid, (run, service, resource) in procs.items():
+            r = runs.setdefault(run, {"run": run, "services": set(), "processes": 0, "start": None, "end": None,
+                                      "resources": []})
+            r["resources"].append(loads(resource))
             if service:
                 r["services"].add(service)
             t0, t1 = times.get(pid, (None, None))
@@ -39,6 +42,8 @@ class Queries:
                 r["start"] = t0
             if t1 is not None and (r["end"] is None or t1 > r["end"]):
                 r["end"] = t1
+        for r in runs.values():
+            r["processes"] = process_count.count(r.pop("resources"))[0]
         out = [{**r, "services": sorted(r["services"])} for r in runs.values()]
         out.sort(key=lambda r: r["start"] or 0, reverse=True)
         return out
@@ -53,7 +58,7 @@ class Queries:
         m0 = q("SELECT min(time) FROM logs")[0][0]
         m1 = q("SELECT max(time) FROM logs")[0][0]
         points, p0, p1 = q("SELECT count(*), min(time), max(time) FROM points")[0]
-        processes = q("SELECT count(*) FROM processes")[0][0]
+        processes, exporters = self.process_count()
         hosts = q("SELECT count(DISTINCT host) FROM processes")[0][0]
         tasks = q("SELECT count(DISTINCT task_key) FROM spans WHERE task_key IS NOT NULL")[0][0]
         # one per client call, however many traces a big one was split into (dask_shape)
@@ -62,9 +67,13 @@ class Queries:
         ends = [x for x in (s1, m1, p1) if x]
         return {
             "spans": spans, "span_events": span_events, "events": events, "logs": logs,
-            "metric_points": points, "processes": processes, "hosts": hosts, "traces": traces,
+            "metric_points": points, "processes": processes, "exporters": exporters, "hosts": hosts, "traces": traces,
             "tasks": tasks, "computations": computations, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
         }
+
+    def process_count(self) -> tuple[int, int]:
+        """(the program's processes, evlog's exporter processes), each process once (evlog.process_count)."""
+        return process_count.count(loads(r) for (r,) in self._q("SELECT resource FROM processes"))
 
     def processes(self) -> list[dict]:
         """The processes (one row per resource), each labelled once: a Dask worker whose resource gained
@@ -253,16 +262,10 @@ class Queries:
                    process: int | None = None, worker: str | None = None) -> list[tuple]:
         """(id, start, end, worker, thread, process, prefix, status_code, task_key, name) of spans
         overlapping [t0, t1]; cat None means every span."""
-        where, args = [], []
+        where, args = _overlapping(t0, t1)
         if cat is not None:
             where.append("cat = ?")
             args.append(cat)
-        if t1 is not None:
-            where.append("start <= ?")
-            args.append(t1)
-        if t0 is not None:
-            where.append("end >= ?")
-            args.append(t0)
         if process is not None:
             where.append("process = ?")
             args.append(process)
@@ -277,6 +280,27 @@ class Queries:
             sql += " WHERE " + " AND ".join(where)
         return self._q(sql + " ORDER BY start", tuple(args))
 
+    def transfer_rows(self, t0: int | None = None, t1: int | None = None) -> list[tuple]:
+        """(id, start, end, destination worker, source worker, bytes, status_code, task_key) of the
+        ``dask.transfer`` spans overlapping [t0, t1], by start: a worker fetching data from another
+        (its span is the fetching worker's; the source is an attribute)."""
+        where, args = _overlapping(t0, t1)
+        where += ["cat = ?", "name = 'dask.transfer'"]
+        args.append(CAT_OTHER)
+        rows = self._q(
+            f"SELECT id, start, end, worker, {_attr('attributes', 'dask.transfer.source')}, "
+            f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, req, idx FROM spans "
+            f"WHERE {' AND '.join(where)} ORDER BY start", tuple(args))
+        raw = iter(self._requests.rows(self.reader(), [(r[8], r[9]) for r in rows if r[8] is not None]))
+        out = []
+        for rid, start, end, worker, source, nbytes, code, key, req, _idx in rows:
+            if req is not None:  # kept as its protobuf request (`evlog serve`)
+                a = next(raw)["attributes"]
+                source, nbytes = a.get("dask.transfer.source"), a.get("dask.transfer.bytes")
+            out.append((rid, start, end, worker or "", "" if source is None else str(source),
+                        nbytes if type(nbytes) is int else 0, code, key))
+        return out
+
     def span_by_id(self, row_id: int) -> dict | None:
         rows = self._q(_SPAN_SELECT + " WHERE s.id = ?", (row_id,))
         return self._span_dicts(rows)[0] if rows else None
@@ -288,6 +312,18 @@ class Queries:
         if limit is not None:
             return self._q(sql + " LIMIT ?", (limit,))
         return self._q(sql)
+
+    def executions_per_prefix(self) -> dict[str, int]:
+        """{prefix: executions} of the Dask task executions (``dask.execute`` spans): the tasks run."""
+        return {p or "": n for p, n in self._q("SELECT prefix, count(*) FROM spans WHERE cat = ? GROUP BY prefix",
+                                               (CAT_EXECUTION,))}
+
+    def spans_named(self, prefix: str, cat: int, limit: int) -> list[dict]:
+        """The first ``limit`` spans of category ``cat`` whose name starts with ``prefix``, in start order,
+        with their attributes (e.g. the Dask spans a program named: evlog/data/panels/fine_metrics.py)."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return self._span_dicts(self._q(_SPAN_SELECT + " WHERE s.cat = ? AND s.name LIKE ? ESCAPE '\\' "
+                                        "ORDER BY s.start LIMIT ?", (cat, like, limit)))
 
     def metric_names(self) -> list[tuple[str, str, int]]:
         return self._q("SELECT name, unit, count(*) FROM points GROUP BY name ORDER BY name")
@@ -334,6 +370,18 @@ class Queries:
         return self._q(
             f"SELECT process, ? + ((time - ?) / ?) * ? AS t, avg({value}) FROM points WHERE name = ? "
             "GROUP BY process, t ORDER BY t", (lo, lo, width, width, name)), True
+
+
+def _overlapping(t0: int | None, t1: int | None) -> tuple[list[str], list]:
+    """The WHERE terms and arguments of spans overlapping [t0, t1] (either end None: open)."""
+    where, args = [], []
+    if t1 is not None:
+        where.append("start <= ?")
+        args.append(t1)
+    if t0 is not None:
+        where.append("end >= ?")
+        args.append(t0)
+    return where, args
 
 
 _LET_GO = ("released", "forgotten")  # the states of a life that only let its result go (a second life)

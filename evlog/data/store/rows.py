@@ -33,3 +33,17 @@ def store_rows(store) -> tuple[list, list]:
                 "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
                 "WHERE event_name != '' ORDER BY time, id")]
     return spans, logs
+
+
+def store_points(store, names) -> list:
+    """The metric points of these metric names in an open Store, as otlp_decode rows (name, unit, time, start,
+    attributes, value, resource), in time order: what `evlog report --db` and the report panel read of them."""
+    conn = store.reader()
+    resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
+    names = list(names)
+    marks = ",".join("?" * len(names))
+    return [{"name": name, "unit": unit or "", "time": t, "start": start, "value": value,
+             "attributes": json.loads(attrs or "{}"), "resource": resources.get(proc, {})}
+            for name, unit, t, start, value, attrs, proc in conn.execute(
+                "SELECT name, unit, time, start, value, attributes, process FROM points "
+                f"WHERE name IN ({marks}) ORDER BY time, id", names)] if names else []

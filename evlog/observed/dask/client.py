@@ -4,7 +4,9 @@
 ``.compute()`` call with a distributed client) run inside one PRODUCER span ``dask.compute``, child
 of whatever span the program has open. For ``get`` (blocking) the span covers the whole
 computation; for the others it covers the submission, and the tasks' spans follow after it, as
-for any producer. Nested calls (``map`` in batches, ``compute`` calling ``get``) make one span.
+for any producer. Nested calls (``map`` in batches, ``compute`` calling ``get``) make one span. It is one
+of evlog's own spans (own_spans.py: recorded at its end, no SDK), so a program that makes no telemetry of
+its own loads no ``opentelemetry.sdk`` for it (nor for the scheduler a LocalCluster runs beside it).
 
 ``Client._graph_to_futures``, where every one of them sends its graph, sends the current context (the
 span, its tracestate and the baggage, as the configured propagators write them: evlog.propagation) with
@@ -31,7 +33,9 @@ _tracer = None
 def _get_tracer():
     global _tracer
     if _tracer is None:
-        _tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
+        from evlog.observed import own_spans  # a span of evlog's own: no SDK for it
+
+        _tracer = own_spans.tracer(ds.SCOPE_NAME, ds.VERSION)
     return _tracer
 
 

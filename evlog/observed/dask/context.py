@@ -10,14 +10,14 @@ sees the message:
   as they were). The scheduler's ``update-graph`` stream handler is wrapped: it takes the carrier off,
   so ``update_graph`` gets the annotations the client would have sent without evlog, and holds it in a
   context variable while Dask builds the graph's tasks. evlog's SchedulerPlugin reads it in its
-  ``update_graph`` hook and keeps it per TaskState, in this module (``_carriers``, a weak map: an entry
-  goes with its TaskState), never in ``TaskState.annotations``.
+  ``update_graph`` hook and keeps it per TaskState, in this module (``TaskCarriers``: an entry goes
+  with its TaskState), never in ``TaskState.annotations``.
 - scheduler -> worker: ``Scheduler._task_to_msg`` is wrapped to add the task's carrier to the
   ``compute-task`` message's annotations (a copy). The worker's ``compute-task`` stream handler is
   wrapped to take it off and keep it per key (``WorkerCarriers``), so the worker's TaskState gets
   the annotations Dask sent.
 
-A peer without evlog gets the carrier as an ordinary annotation (what evlog did before), never a
+A peer without evlog gets the carrier as an ordinary annotation, never a
 message it cannot read: nothing breaks in a mixed deployment.
 
 The message fields are Dask's private protocol; each hook is one small function here, checks what it
@@ -38,7 +38,36 @@ from evlog.observed.dask.spans import CARRIER  # the annotation key on the wire
 
 _sending: ContextVar = ContextVar("evlog_dask_sending", default=None)  # client: the graph's carrier
 _submitted: ContextVar = ContextVar("evlog_dask_submitted", default=None)  # scheduler: the same, received
-_carriers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # scheduler TaskState -> carrier
+
+
+class TaskCarriers:
+    """The scheduler's carriers per TaskState, by identity. Dask's TaskState compares equal by key, so a
+    weak map keyed by TaskState would give a key's new TaskState (the key computed again after it was
+    forgotten) the entry of its old one, and lose it when the old one is collected. An entry is
+    (a weak reference to the TaskState, carrier) under the task's key; entries whose TaskState is gone
+    are dropped when the map has doubled since the last sweep."""
+
+    def __init__(self):
+        self._by_key: dict = {}
+        self._sweep_at = 1024
+
+    def get(self, ts):
+        entry = self._by_key.get(ts.key)
+        return entry[1] if entry is not None and entry[0]() is ts else None
+
+    def set(self, pairs) -> None:
+        """``pairs``: (TaskState, carrier) items."""
+        by_key = self._by_key
+        ref = weakref.ref
+        for ts, carrier in pairs:
+            by_key[ts.key] = (ref(ts), carrier)
+        if len(by_key) >= self._sweep_at:
+            for key in [k for k, (r, _) in by_key.items() if r() is None]:
+                del by_key[key]
+            self._sweep_at = max(1024, 2 * len(by_key))
+
+
+_carriers = TaskCarriers()  # scheduler TaskState -> carrier
 
 
 def _with(annotations, carrier):
@@ -131,17 +160,27 @@ def _take(kw: dict):
     return _submitted.set(carrier)
 
 
+def graph_carrier():
+    """Scheduler, in update_graph: the carrier that came with the graph being added, or None."""
+    return _submitted.get()
+
+
 def carry(scheduler, keys, group, split=None) -> list | None:
-    """The scheduler's ``update_graph`` hook: each task of the graph that has no carrier yet gets the
-    one that came with the graph; without one, ``group(tasks)`` makes one for them and returns it.
+    """The scheduler's ``update_graph`` hook: each task of the graph that is to run for it gets the
+    carrier that came with the graph; without one, ``group(tasks)`` makes one for them and returns it.
     ``split(tasks, carrier)`` may give the tasks of a big graph carriers of their own (dask_shape):
-    then its records are returned."""
+    then its records are returned.
+
+    A task runs for this graph when it is new, or when it is ``released``: a key an earlier call
+    computed and let go, asked for again (the same delayed objects computed in a loop). Its next life
+    is this call's, so it takes this call's carrier. A task already waiting, running or in memory
+    stays with the call it runs or ran for (Dask calls this hook before it moves the graph's tasks on)."""
     carrier = _submitted.get()
     get = scheduler.tasks.get
     need = []
     for key in keys:
         ts = get(key)
-        if ts is None or ts in _carriers:
+        if ts is None or (ts.state != "released" and _carriers.get(ts) is not None):
             continue
         ann = ts.annotations
         if ann and CARRIER in ann:  # a scheduler without the handler wrapped (evlog started late)
@@ -155,10 +194,10 @@ def carry(scheduler, keys, group, split=None) -> list | None:
             return None
     shaped = split(need, carrier) if split is not None else None
     if shaped is None:
-        _carriers.update(dict.fromkeys(need, carrier))
+        _carriers.set((ts, carrier) for ts in need)
         return None
     by_task, records = shaped
-    _carriers.update(by_task)
+    _carriers.set(by_task.items())
     return records
 
 

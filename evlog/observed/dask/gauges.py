@@ -1,5 +1,5 @@
-"""Dask's own figures on the scheduler, sampled as OTel observable gauges with the other gauges (at each
-metric export): what Dask's dashboard draws, read from the same public objects.
+"""Dask's own figures on the scheduler, sampled as observable gauges of evlog's own (own_metrics) with the
+other gauges (at each collection): what Dask's dashboard draws, read from the same public objects.
 
 - ``dask.worker.memory.managed``, ``.unmanaged``, ``.spilled`` (bytes), attribute dask.worker.address:
   each worker's ``WorkerState.memory`` (distributed's ``MemoryState``: managed = task results in the
@@ -10,7 +10,7 @@ metric export): what Dask's dashboard draws, read from the same public objects.
   progress bars. A prefix is sampled while it has tasks that are not forgotten (the states that have
   tasks), then once more at zero.
 
-The callbacks run in the metric reader's thread and only read: the schedulers' workers and prefixes are
+The callbacks run in evlog's metrics thread and only read: the schedulers' workers and prefixes are
 copied before use, and a sample that meets a change under way (a dict resized by the event loop) is
 skipped; the next export reads it again. The scheduler side registers them (scheduler.install_metrics).
 """
@@ -30,14 +30,12 @@ _schedulers = list  # -> the process's live Schedulers (install() is given the s
 
 def _memory(kind: str):
     def observe(options):
-        from opentelemetry.metrics import Observation
-
         out = []
         try:
             for s in _schedulers():
                 for ws in list(s.workers.values()):
                     ms = ws.memory
-                    out.append(Observation(getattr(ms, kind), {"dask.worker.address": ws.address}))
+                    out.append((getattr(ms, kind), {"dask.worker.address": ws.address}))
         except RuntimeError:  # the event loop changed a dict meanwhile: the next export samples again
             return []
         return out
@@ -46,8 +44,6 @@ def _memory(kind: str):
 
 
 def _prefixes(options):
-    from opentelemetry.metrics import Observation
-
     counts: dict = {}
     try:
         for s in _schedulers():
@@ -61,9 +57,9 @@ def _prefixes(options):
     active = {name for name, c in counts.items() if any(c.values())}
     # a sample names a prefix's states that have tasks (a state left out has none); a prefix that has
     # just ended gets one point at 0, so its latest sample says it has nothing left
-    out = [Observation(n, {"dask.task.prefix": name, "dask.task.state": state})
+    out = [(n, {"dask.task.prefix": name, "dask.task.state": state})
            for name in sorted(active) for state, n in counts[name].items() if n]
-    out += [Observation(0, {"dask.task.prefix": name, "dask.task.state": "memory"}) for name in sorted(_shown - active)]
+    out += [(0, {"dask.task.prefix": name, "dask.task.state": "memory"}) for name in sorted(_shown - active)]
     _shown.clear()
     _shown.update(active)
     return out
@@ -75,9 +71,9 @@ def install(schedulers) -> None:
     if _instruments:
         return
     _schedulers = schedulers
-    from opentelemetry import metrics
+    from evlog.observed import own_metrics  # evlog's path, not the SDK's meter
 
-    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
+    meter = own_metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     for kind in MEMORY:
         _instruments.append(meter.create_observable_gauge(
             f"dask.worker.memory.{kind}", [_memory(kind)], unit="By",

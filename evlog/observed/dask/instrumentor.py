@@ -8,7 +8,9 @@ What it produces (names in docs/conventions.md, section Dask):
 - client (client.py): span ``dask.compute`` (PRODUCER) around submit/map/compute/persist/get; its
   context goes out with the graph (context.py);
 - scheduler (scheduler.py, a SchedulerPlugin): span ``dask.task {prefix}`` per task life with a
-  ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers;
+  ``transition`` span event per transition; metrics dask.scheduler.transitions/tasks/workers; Dask's
+  own spans (``dask.span {tag}``) and fine performance metrics (``dask.worker.time/bytes/count``),
+  read periodically (readings.py);
 - worker (worker.py, a recorder per Worker, not a plugin, plus wrappers): span ``dask.execute {prefix}`` (CONSUMER) per
   execution, the current span while the task runs; span ``dask.transfer`` per gather_dep; metrics
   dask.task.duration and dask.transfer.bytes;
@@ -124,21 +126,22 @@ def _drain_all() -> None:
 
 
 def _start_threads() -> None:
-    """evlog's long-lived threads in a Dask process (records shipping, the SDK's metric reader, the task
-    profiler's sampler) start with the instrumentation, when ``distributed`` is imported, not at the first
-    Scheduler, Worker or event: a program (or Dask's own test harness) that checks which threads a
-    piece of its work left behind sees none of evlog's appear. The SDK is built here, in the importing
-    thread (a process that imports distributed makes telemetry anyway): built in a thread of its own, a
-    short program could reach interpreter shutdown in the middle of it."""
-    from evlog.observed import records
-    from evlog.observed import sdk
-
+    """evlog's long-lived threads in a Dask process (records shipping, evlog's metrics, the task profiler's
+    sampler) start with the instrumentation, when ``distributed`` is imported, not at the first Scheduler,
+    Worker or event: a program (or Dask's own test harness) that checks which threads a piece of its work
+    left behind sees none of evlog's appear. The default consumers come now too (a process that imports
+    distributed runs tasks or sends them). None of this builds the OTel SDK: evlog's Dask telemetry is
+    records and its own instruments (own_metrics), so a process whose program makes no telemetry of its
+    own imports no ``opentelemetry.sdk``."""
+    from evlog.observed import default_consumers
+    from evlog.observed import own_metrics
     from evlog.observed import profiler
+    from evlog.observed import records
 
     try:
         records.channel().start()
-        for provider in sdk.providers():
-            provider.real()
+        default_consumers.install()
+        own_metrics.registry.start()
         profiler.start()  # the task profiler's sampling thread (none with EVLOG_PROFILE_INTERVAL=off)
     except Exception as exc:
         notices.warn_once("dask-threads", f"evlog's threads for Dask could not start early: {exc!r}")
@@ -161,6 +164,15 @@ def _ignore_in_computation_code(on: bool) -> None:
             dask.config.set({_CODE_IGNORE: [m for m in mods if m != "evlog"]})
     except Exception as exc:
         notices.warn_once("dask-code-ignore", f"Dask may record evlog's wrappers as the calling code: {exc!r}")
+
+
+def _remove_plugin(scheduler, name: str) -> None:
+    """Take evlog's SchedulerPlugin off ``scheduler`` (Scheduler.remove_plugin, the same from distributed
+    2024.11 to 2026.8); one that is gone already is left so."""
+    try:
+        scheduler.remove_plugin(name=name)
+    except ValueError:  # not among the scheduler's plugins
+        pass
 
 
 class DaskInstrumentor:
@@ -215,9 +227,10 @@ class DaskInstrumentor:
 
         for rec in list(dask_scheduler._live):
             try:
-                rec.scheduler.plugins.pop(rec.name, None)
+                _remove_plugin(rec.scheduler, rec.name)
                 dask_scheduler.unrelay_handlers(rec.scheduler, getattr(rec, "originals", {}))
                 dask_context.restore_graphs(rec.scheduler, getattr(rec, "graph_handlers", {}))
+                rec.readings.close()
                 records.remove(rec._log)
                 dask_scheduler.retire(rec)
             except Exception as exc:

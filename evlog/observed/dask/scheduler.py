@@ -12,6 +12,9 @@ The span's parent is the client call's ``dask.compute`` span, whose context came
 client without evlog) gets one ``dask.compute`` span made here, per submission, and its tasks carry
 that to the workers, so they put their spans in the same trace.
 
+Dask's own spans and fine performance metrics are read on this scheduler's event loop by readings.py
+(``self.readings``): its ``graph`` from ``update_graph``, its ``close`` from ``close``.
+
 ``log_event`` calls published here become ``dask.log_event`` events (and entries of this process's
 evlog.get_events ledger), except those relayed from a worker or client that did both itself
 (workers with evlog say so in their startup information; clients are assumed to have evlog).
@@ -31,6 +34,7 @@ from evlog.observed import events
 from evlog.observed import records
 
 from evlog.observed.dask import context as dc
+from evlog.observed.dask import readings as dask_readings
 from evlog.observed.dask import shape as dask_shape
 from evlog.wire import dask as wire
 from evlog.observed.dask import spans as ds
@@ -66,6 +70,7 @@ class SchedulerRecorder(SchedulerPlugin):
         self._time = time.time
         self._relaying = 0  # > 0 while publishing an event a worker or client has emitted itself
         self.counts: Counter = Counter()  # (start, finish) -> transitions so far
+        self.readings = dask_readings.Readings(scheduler)  # Dask's spans and fine performance metrics
         _live.add(self)
 
     # ---- the hot path: one tuple of atoms per transition -----------------------------------------
@@ -123,11 +128,14 @@ class SchedulerRecorder(SchedulerPlugin):
                     self._log.extend(shapes)
         except Exception as exc:
             notices.warn_once("dask-update-graph", f"tasks submitted without evlog could not be grouped: {exc!r}")
+        self._log.extend(self.readings.graph(annotations, tasks))  # before the tasks' first transitions
 
     def _group(self, client, need) -> dict | None:
         from opentelemetry import context, trace
 
-        tracer = trace.get_tracer(ds.SCOPE_NAME, ds.VERSION)
+        from evlog.observed import own_spans  # a span of evlog's own: no SDK for it
+
+        tracer = own_spans.tracer(ds.SCOPE_NAME, ds.VERSION)
         attrs = {"dask.task.key": str(need[0].key), "dask.task.count": len(need)}
         if client:
             attrs["dask.client.id"] = str(client)
@@ -139,6 +147,7 @@ class SchedulerRecorder(SchedulerPlugin):
         return dask_shape.split(tasks, carrier, self.trace_tasks, self._time())
 
     async def close(self):
+        self.readings.close()
         records.remove(self._log)
         retire(self)
 
@@ -222,36 +231,30 @@ def unrelay_handlers(scheduler, originals: dict) -> None:
 # ---- metrics ------------------------------------------------------------------------------------
 
 def _observe_transitions(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = dict(_retired)
     for rec in list(_live):
         for pair, n in list(rec.counts.items()):
             total[pair] = total.get(pair, 0) + n
-    return [Observation(n, {"dask.transition.start": s, "dask.transition.finish": f})
+    return [(n, {"dask.transition.start": s, "dask.transition.finish": f})
             for (s, f), n in total.items() if f is not None]  # not a removal or a shape record
 
 
 def _observe_tasks(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = {}
     for rec in list(_live):
         for tp in list(rec.scheduler.task_prefixes.values()):
             for state, n in list(tp.states.items()):
                 total[state] = total.get(state, 0) + n
-    return [Observation(n, {"dask.task.state": s}) for s, n in total.items()]
+    return [(n, {"dask.task.state": s}) for s, n in total.items()]
 
 
 def _observe_workers(options):
-    from opentelemetry.metrics import Observation
-
     total: dict = {}
     for rec in list(_live):
         for ws in list(rec.scheduler.workers.values()):
             s = getattr(ws.status, "name", str(ws.status))
             total[s] = total.get(s, 0) + 1
-    return [Observation(n, {"dask.worker.status": s}) for s, n in total.items()]
+    return [(n, {"dask.worker.status": s}) for s, n in total.items()]
 
 
 _instruments: list = []
@@ -261,9 +264,9 @@ def install_metrics() -> None:
     """The scheduler's instruments, once per process; they read state only when exported."""
     if _instruments:
         return
-    from opentelemetry import metrics
+    from evlog.observed import own_metrics  # evlog's path, not the SDK's meter
 
-    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
+    meter = own_metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _instruments.append(meter.create_observable_counter(
         "dask.scheduler.transitions", [_observe_transitions], unit="{transition}",
         description="scheduler task transitions, by start and finish state"))
@@ -271,6 +274,6 @@ def install_metrics() -> None:
         "dask.scheduler.tasks", [_observe_tasks], unit="{task}", description="tasks known to the scheduler, by state"))
     _instruments.append(meter.create_observable_gauge(
         "dask.scheduler.workers", [_observe_workers], unit="{worker}", description="workers, by status"))
-    from evlog.observed.dask import gauges as dask_gauges  # memory per worker and tasks per prefix, Dask's own figures (issue 30)
+    from evlog.observed.dask import gauges as dask_gauges  # memory per worker and tasks per prefix, Dask's own figures
 
     dask_gauges.install(lambda: [rec.scheduler for rec in list(_live)])

@@ -39,7 +39,8 @@ trace_of_group = _wire.trace_of_group  # shared by the scheduler's spans (built 
 
 
 def resource():
-    """This process's Resource (the tracer provider's), for spans made here for the consumers."""
-    from opentelemetry import trace
+    """This process's resource, for spans made here for the consumers (its attributes only: no SDK)."""
+    from evlog.observed import resource
 
-    return getattr(trace.get_tracer_provider(), "resource", None)
+    resource.attributes()  # made, if nothing asked for them yet
+    return resource.view

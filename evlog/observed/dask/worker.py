@@ -35,7 +35,7 @@ from evlog.processors.registry import registry as _registry
 from evlog.observed.dask import context as dc
 from evlog.wire import dask as dx
 from evlog.observed.dask import spans as ds
-from evlog.observed.profiler import dask_enter as _profile_enter  # issue 31: the task profiler (which thread runs which span)
+from evlog.observed.profiler import dask_enter as _profile_enter  # the task profiler (which thread runs which span)
 from evlog.observed.profiler import leave as _profile_leave
 
 _attach, _detach = _ctx.attach, _ctx.detach
@@ -113,7 +113,7 @@ class WorkerRecorder:
         self._append = self._log.append
         self._names: dict = {}  # prefix -> execute span name
         self.begun: dict = {}  # key -> (ts, span context, parent, first startstop) while Worker.execute runs it
-        self._resource = None  # the tracer provider's Resource, for the consumers' LiveSpans (fixed once built)
+        self._resource = None  # this process's resource (its attributes), for the consumers' LiveSpans
 
     @property
     def worker(self):
@@ -161,7 +161,7 @@ class WorkerRecorder:
         return ts, sc, parent, token, n0
 
     def resource(self):
-        """The tracer provider's Resource, looked up once (a provider keeps the one it was built with)."""
+        """This process's resource, looked up once (its attributes are the current ones)."""
         res = self._resource
         if res is None:
             res = self._resource = ds.resource()
@@ -212,7 +212,10 @@ class WorkerRecorder:
         parent = None
         for k in keys:
             ts = tasks.get(k)
-            for dep in (ts.dependents if ts is not None else ()):
+            # the transfer belongs to the call of a dependent that waits for this data; a dependent
+            # already computed (a result an earlier call still holds) is another call's
+            deps = ts.dependents if ts is not None else ()
+            for dep in sorted(deps, key=_done_last):
                 c = carrier(dep.key)
                 if c is not None:
                     parent = _context_of(c)[1]
@@ -261,13 +264,18 @@ class WorkerRecorder:
         return out
 
 
+def _done_last(ts) -> bool:
+    """Sort key: a worker's dependents still to run first (waiting for the data being fetched)."""
+    return ts.state in ("memory", "released", "forgotten", "error")
+
+
 def _instruments() -> None:
     """dask.task.duration and dask.transfer.bytes, once per process."""
     if _histogram:
         return
-    from opentelemetry import metrics
+    from evlog.observed import own_metrics  # evlog's path, not the SDK's meter
 
-    meter = metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
+    meter = own_metrics.get_meter(ds.SCOPE_NAME, ds.VERSION)
     _histogram.append(meter.create_histogram("dask.task.duration", unit="s",
                                              description="task execution time on workers, by prefix"))
     meter.create_observable_counter("dask.transfer.bytes", [_observe_transfer_bytes], unit="By",
@@ -275,9 +283,7 @@ def _instruments() -> None:
 
 
 def _observe_transfer_bytes(options):
-    from opentelemetry.metrics import Observation
-
-    return [Observation(_transferred[0])]
+    return [(_transferred[0], None)]
 
 
 # ---- attaching to a Worker, without a plugin ----------------------------------------------------
@@ -350,7 +356,7 @@ def run_task(wrapped, instance, args, kwargs):
         ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
         live = rec.started(key, ts, sc)
-        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # issue 31: profiler
+        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # the profiler samples this thread as this task's
     except Exception as exc:
         notices.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)
@@ -359,7 +365,7 @@ def run_task(wrapped, instance, args, kwargs):
     finally:
         if token is not None:
             _detach(token)
-        top = _profile_leave(prof)  # issue 31: the task's hottest functions (evlog.profile.top), or None
+        top = _profile_leave(prof)  # the task's hottest functions (evlog.profile.top), or None
     try:
         rec.executed(key, ts, sc, parent, n0, msg, delay, live, top)
     except Exception as exc:

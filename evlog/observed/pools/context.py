@@ -291,14 +291,19 @@ def record_failure(span, exc: BaseException, attributes: dict | None = None) -> 
 
 
 def _starter(kind: str):
-    """How this process starts spans of this kind: as records when the tracer provider is evlog's."""
+    """How this process starts spans of this kind: as records when the tracer provider is evlog's (which
+    is not built for them), with the default consumers then installed."""
     scope = KINDS[kind][1]
+    if _taskspan.usable(trace.get_tracer_provider()):
+        from evlog.observed import default_consumers
+
+        default_consumers.install()
+        start = _starters[kind] = functools.partial(_taskspan.start, scope)
+        return start
     tracer = trace.get_tracer(scope)
-    if _taskspan.usable(tracer):
-        start = functools.partial(_taskspan.start, scope)
-    else:
-        def start(name, attrs, parent):
-            return tracer.start_span(name, parent, kind=trace.SpanKind.CONSUMER, attributes=attrs)
+
+    def start(name, attrs, parent):
+        return tracer.start_span(name, parent, kind=trace.SpanKind.CONSUMER, attributes=attrs)
 
     if not isinstance(tracer, trace.ProxyTracer):  # a proxy: ask again once a provider is set
         _starters[kind] = start

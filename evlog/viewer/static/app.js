@@ -31,6 +31,18 @@
     var m = $("message"); m.hidden = !text; m.textContent = text || "";
   }
 
+  /** While `evlog view` reads a run folder: how far it has come (the panels show what is read so far,
+      the report waits for the whole); while rows wait to be stored (a live run, `evlog serve`): how many. */
+  function showLoading(st) {
+    var l = st.loading, box = $("loading"), text = "", was = EV.loadingNow;
+    EV.loadingNow = !!(l && l.state === "loading");
+    if (was && !EV.loadingNow) EV.refreshReport().catch(failed("report"));  // the whole folder: its report now
+    if (EV.loadingNow) text = "Reading the run folder: " + EV.loadingText(l) + "; the panels show what is read so far.";
+    else if (st.pending_rows > 0) text = "Storing " + EV.num(st.pending_rows) + " rows received; the panels show what is stored so far.";
+    box.hidden = !text; box.textContent = text;
+    document.body.setAttribute("data-loading", EV.loadingNow ? "loading" : text ? "storing" : (l && l.state) || "");
+  }
+
   function failed(what) {
     return function (e) {
       if (e && (e.status === 401 || e.stale)) return;  // a stale answer: of the run shown before a switch
@@ -40,10 +52,11 @@
   }
 
   function refreshGantt() {
-    var p = { worker: state.worker };
+    var p = { worker: state.worker, bins: EV.gantt.columns() };  // a time bin per pixel column
     if (state.range) { p.t0 = state.range[0]; p.t1 = state.range[1]; } else if (state.whole) p.whole = 1;
     return EV.api("api/gantt", p).then(function (g) {
-      $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)");
+      $("gantt-what").textContent = g.what + " · " + EV.num(g.total) + " spans" + (g.mode === "bars" ? "" : " (aggregated)") +
+        (g.transfer_total ? " · " + EV.num(g.transfer_total) + " transfers" : "");
       var note = $("gantt-note"); note.hidden = !g.note; note.textContent = g.note || "";
       EV.gantt.set(g);
       EV.timeRange = [g.t0, g.t1];  // the plots share it (plots.js)
@@ -54,8 +67,17 @@
       });
       if (g.prefixes.length > 40) leg.appendChild(EV.el("span", {}, "… " + (g.prefixes.length - 40) + " more"));
       if (g.mode === "bars" && g.bars.length) leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:#fff;border:2px solid #d0312d" }), "error"]));
+      if (g.transfer_total) EV.Gantt.transferLegend().forEach(function (x) { leg.appendChild(EV.el("span", {}, [EV.el("i", { style: "background:" + x[1] }), x[0]])); });
+      leg.appendChild(EV.el("span", { "class": "muted" }, "shade: the share of the time busy (white idle, full colour busy throughout)"));
     });
   }
+
+  // time bins are a pixel column each: when the chart's width changes (a scroll bar comes, the window is
+  // resized), the bins are asked for again
+  if (window.ResizeObserver) new ResizeObserver(function () {
+    var g = EV.gantt.data, want = Math.min(4000, Math.max(50, EV.gantt.columns()));
+    if (g && g.mode === "aggregated" && g.bins !== want) refreshGantt().catch(failed("gantt"));
+  }).observe($("gantt-wrap"));
 
   /** `evlog serve` with several runs: one is shown at a time (the newest unless chosen). */
   function refreshRuns(ov) {
@@ -94,6 +116,7 @@
         $("source").textContent = ov.source;
         document.title = "evlog · " + ov.source;
         EV.renderCounts($("counts"), ov);
+        showLoading(ov.receiver || {});
         refreshRuns(ov);
         refreshWorkers(ov);
         $("metadata-section").hidden = !ov.has_metadata;
@@ -109,7 +132,8 @@
       EV.refreshReport().catch(failed("report")),  // report.js
       EV.refreshConsole().catch(failed("console")),  // console.js
       EV.refreshProgress().catch(failed("progress")),
-      EV.refreshProfile().catch(failed("profile")),  // profile.js (issue 31)
+      EV.refreshProfile().catch(failed("profile")),  // profile.js: the flame graphs
+      EV.refreshFine().catch(failed("fine")),  // fine.js: Dask's fine performance metrics and spans
     ];
     if (state.task) jobs.push(loadTask(state.task).catch(failed("task")));
     return Promise.all(jobs).then(function () {
@@ -153,8 +177,8 @@
   function connect() {
     clearTimeout(state.retry);
     if (state.es) state.es.close();
-    var url = "api/stream" + (EV.token ? "?token=" + encodeURIComponent(EV.token) : "");
-    var es = state.es = new EventSource(url);
+    // no token in the URL: the API answer that came before set the server's cookie, which EventSource sends
+    var es = state.es = new EventSource("api/stream");
     status("connecting", "connecting");
     es.addEventListener("open", function () {
       state.connected = true;
@@ -163,7 +187,7 @@
       message("");
     });
     es.addEventListener("update", function (e) {
-      var v = JSON.parse(e.data).version;
+      var d = JSON.parse(e.data), v = d.version + "." + (d.status || 0);  // the store's, and the server's status
       if (v === state.version) return;
       state.version = v;
       EV.updates = (EV.updates || 0) + 1;

@@ -119,6 +119,7 @@ EV.short = function (v, unit) {
 };
 
 EV.duration = function (secs) {
+  if (secs === null || secs === undefined || !isFinite(secs)) return "-";
   if (secs < 1e-3) return (secs * 1e6).toFixed(0) + " µs";
   if (secs < 1) return (secs * 1e3).toFixed(secs < 0.01 ? 2 : 1) + " ms";
   if (secs < 120) return secs.toFixed(2) + " s";

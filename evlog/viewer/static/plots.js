@@ -1,6 +1,8 @@
 /* Line plots (uPlot): worker and processor saturation as step functions from the task spans, the
    consumers' sampled gauges per process, and the console-metadata graphs whose x axis the server chose
-   ("progress", else "epoch", else the cluster-job-logging rules). A plot is updated in place while its
+   ("progress", else "epoch", else the cluster-job-logging rules). Legends are compact: a plot of one
+   series per worker is one small chart per worker, named above it, with one legend for the plot (its
+   series' colours) rather than one per chart; the machine's own figures are one series per host. A plot is updated in place while its
    series stay the same, and rebuilt when they change. The time plots share the Gantt's time range (its
    zoom, EV.timeRange) and its clock; dragging across one zooms the Gantt and every plot. */
 "use strict";
@@ -126,7 +128,7 @@
         return {
           width: w, height: HEIGHT, scales: t.scales, axes: t.axes, cursor: t.cursor, hooks: t.hooks,
           padding: [8, 44, 0, 0],  // room for the last tick's label (12 characters, centred)
-          series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(p.series.map(function (s) {
+          series: [{ label: "time", value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(p.series.map(function (s) {
             // a series of a few samples (the exporter's at the run's start and end) shows them as dots, not a line
             var sparse = s.values.filter(function (v) { return v !== null && v !== undefined; }).length <= 3;
             var o = { label: s.label, stroke: EV.colour(s.label), width: 1.5, spanGaps: !sparse,
@@ -190,7 +192,7 @@
         return {
           width: width, height: Math.max(70, Math.min(120, Math.floor(260 / order.length))), scales: t.scales, axes: t.axes,
           cursor: t.cursor, hooks: t.hooks, padding: [4, 44, 0, 0],
-          series: [{ value: function (u, v) { return v === null || v === undefined ? "-" : EV.clock(v, true); } }].concat(drawn.map(function (d) {
+          series: [{}].concat(drawn.map(function (d) {
             var colour = stack ? MEMORY_COLOURS[d.s.label] || EV.colour(d.s.label) : EV.colour(w);
             return { label: d.s.label === w ? (p.name === "evlog.processor.saturation" ? "busy" : "running") : d.s.label,
               stroke: colour, fill: stack ? colour : colour.replace("hsl(", "hsla(").replace(")", ",.18)"),
@@ -200,10 +202,14 @@
                 return own === null || own === undefined ? "-" : EV.short(own, p.unit);
               } };
           })),
-          legend: { live: true },
+          legend: { show: false },  // the worker is named above the chart; the plot's series, once below
         };
       }, [p.x].concat(drawn.map(function (d) { return d.vals; })), p.name);
       charts[id].worker = w;
+    });
+    var labels = [];
+    p.series.forEach(function (s) {  // series other than the worker itself (memory: managed, unmanaged, spilled)
+      if (s.worker && s.label !== s.worker && labels.indexOf(s.label) < 0) labels.push(s.label);
     });
     Object.keys(charts).forEach(function (cid) {
       if (charts[cid].plot === p.name && !keep[cid]) drop(cid);
@@ -212,6 +218,9 @@
       if (!keep["plot:" + p.name + "@" + sub.getAttribute("data-worker")]) sub.remove();
     });
     Array.from(holder.children).forEach(function (c) { if (!c.classList.contains("worker-plot")) c.remove(); });
+    if (labels.length) holder.appendChild(EV.el("div", { "class": "legend" }, labels.map(function (k) {
+      return EV.el("span", { "data-series": k }, [EV.el("i", { style: "background:" + (MEMORY_COLOURS[k] || EV.colour(k)) }), k]);
+    })));
     if (all > order.length) holder.appendChild(EV.el("div", { "class": "hint" }, "the first " + order.length + " of " + all +
       " workers; the worker selector shows any one"));
   }

@@ -2,7 +2,10 @@
    advice, then per computation its critical path, time by prefix, stragglers and failures; the
    workers; pool functions and torch ranks where they apply. Task keys open their story as a Gantt bar
    click does (a pool call's straggler or failure, its span); the critical path is outlined in the Gantt and the task graph. The analysis reads every
-   span, so a live run asks for it at most every 15 s. */
+   span, so a live run asks for it at most every 15 s. While a run folder is still being read the server
+   does not analyse it (the panel says how far the reading has come); afterwards it analyses whole
+   computations only, and says how many it left out (still running, or not all stored) and why. Times per
+   prefix are per task (median, p95 where the report has it); their sums are labelled task-seconds. */
 "use strict";
 (function () {
   var MIN_GAP_MS = 15000;
@@ -23,35 +26,48 @@
   }
 
   function secs(s) { return s ? EV.duration(s) : "-"; }
+  /** A sum of task times (many tasks at once): task-seconds, never read as wall time. */
+  function taskSecs(s) {
+    if (!s) return "-";
+    return (s >= 100 ? EV.num(Math.round(s)) : s.toFixed(s >= 10 ? 1 : 2)) + " task-s";
+  }
+  /** Per task: the median, the p95 where the report gives it, and the sum in task-seconds. */
+  function perTask(median, p95, sum) {
+    return secs(median) + (p95 !== undefined && p95 !== null ? " · p95 " + secs(p95) : "") + " (Σ " + taskSecs(sum) + ")";
+  }
   function n(k, what) { return k + " " + what + (k === 1 ? "" : "s"); }
   function pct(x) { return Math.round(100 * (x || 0)) + "%"; }
 
   function computation(c, open) {
     var d = EV.el("details", open ? { open: "", "class": "computation" } : { "class": "computation" });
-    d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + EV.duration(c.wall_s) + " wall · " + n(c.tasks, "task") +
+    d.appendChild(EV.el("summary", {}, [EV.el("b", {}, c.name), " · " + secs(c.wall_s) + " wall · " + n(c.tasks, "task") +
       " · critical path " + pct(c.critical_path_share) +
       (c.stragglers.length ? " · " + n(c.stragglers.length, "straggler") : "") +
-      (c.failures.length ? " · " + c.failures.length + " failed" : "")]));
+      (c.failures.length ? " · " + c.failures.length + " failed" : "") +
+      ((c.retries || []).length ? " · " + n(c.retries.length, "retried task") : "")]));
     var wall = c.critical_path_wall_s || c.wall_s;
     d.appendChild(EV.el("h4", {}, "Critical path: " + n(c.critical_path.length, "task") + ", " + EV.duration(c.critical_path_s) +
       " of " + EV.duration(wall) + " (" + pct(c.critical_path_share) + "; computing " + pct(c.critical_path_compute_share) + ")"));
     // a task made by an earlier client call (futures) names that call; start: signed from this call's start
     var t = EV.table(["#", "key", "prefix", "worker", "start", "queued", "transfer", "compute"], c.critical_path.map(function (r, i) {
       var off = r.start - c.start, other = r.computation && r.computation !== c.name;
+      var when = r.start && c.start ? (off < 0 ? "−" : "+") + EV.duration(Math.abs(off)) : "-";
       return [String(i + 1), other ? EV.el("span", {}, [keyLink(r.key), EV.el("span", { "class": "muted" }, " (" + r.computation + ")")]) : keyLink(r.key),
-        r.prefix, r.worker || "", (off < 0 ? "−" : "+") + EV.duration(Math.abs(off)),
+        r.prefix, r.worker || "", when,
         secs(r.queued_s), secs(r.transfer_s), r.erred ? "(erred)" : secs(r.compute_s)];
     }));
     t.classList.add("critical-path");
     d.appendChild(t);
     var pre = Object.keys(c.prefixes);
-    d.appendChild(EV.el("h4", {}, "Time by prefix (total / median per task)"));
-    d.appendChild(EV.table(["prefix", "tasks", "compute", "transfer", "queued", "erred / retried"], pre.map(function (p) {
+    d.appendChild(EV.el("h4", {}, "Time by prefix, per task: median (p95) and the sum over its tasks in task-seconds"));
+    var byPrefix = EV.table(["prefix", "tasks", "compute", "transfer", "queued", "erred / retried"], pre.map(function (p) {
       var x = c.prefixes[p];
       return [EV.el("span", {}, [EV.el("i", { "class": "swatch", style: "background:" + EV.prefixColour(p) }), p]), EV.num(x.count),
-        secs(x.compute_s) + " / " + secs(x.median_compute_s), secs(x.transfer_s) + " / " + secs(x.median_transfer_s),
-        secs(x.queued_s) + " / " + secs(x.median_queued_s), x.erred || x.retried ? x.erred + " / " + x.retried : "-"];
-    })));
+        perTask(x.median_compute_s, x.p95_compute_s, x.compute_s), perTask(x.median_transfer_s, x.p95_transfer_s, x.transfer_s),
+        perTask(x.median_queued_s, x.p95_queued_s, x.queued_s), x.erred || x.retried ? x.erred + " / " + x.retried : "-"];
+    }));
+    byPrefix.classList.add("prefixes");
+    d.appendChild(byPrefix);
     if (c.stragglers.length) {
       d.appendChild(EV.el("h4", {}, "Stragglers (over 5× their prefix's median compute, and over 100 ms)"));
       var st = EV.table(["key", "compute", "× median", "worker", "thread"], c.stragglers.map(function (s) {
@@ -60,13 +76,21 @@
       st.classList.add("stragglers");
       d.appendChild(st);
     }
+    var saved = (c.retries || []).filter(function (x) { return x.succeeded; });
+    if (c.failures.length || saved.length) d.appendChild(EV.el("h4", {}, "Failures and retries"));
     if (c.failures.length) {
-      d.appendChild(EV.el("h4", {}, "Failures"));
       var ft = EV.table(["key", "exception", "worker", "time (" + EV.tzShort() + ")"], c.failures.map(function (f) {
         return [keyLink(f.key), EV.msg((f.exception ? f.exception + ": " : "") + f.message), f.worker || "", EV.clock(f.time, true)];
       }), function () { return "err"; });
       ft.classList.add("failures");
       d.appendChild(ft);
+    }
+    if (saved.length) {  // a task that failed, then succeeded on a retry (Dask's retries=)
+      var rt = EV.table(["key", "first failure", "attempts", "failed attempts took", "worker"], saved.map(function (x) {
+        return [keyLink(x.key), EV.msg(x.exception), x.failed + " failed of " + x.attempts, secs(x.erred_s), x.worker || ""];
+      }));
+      rt.classList.add("retries");
+      d.appendChild(rt);
     }
     if (c.erred_dependents) d.appendChild(EV.el("p", { "class": "muted" }, c.erred_dependents + " more tasks erred because a dependency did."));
     return d;
@@ -115,12 +139,34 @@
     return box;
   }
 
+  /** "12.3 MB of 45.6 MB read (27%)" */
+  EV.loadingText = function (l) {
+    var pct = l.total ? " (" + Math.floor(100 * l.read / l.total) + "%)" : "";
+    return EV.short(l.read, "bytes") + " of " + EV.short(l.total, "bytes") + " read" + pct + ", " + EV.num(l.rows) + " rows";
+  };
+
+  /** Computations left out: "2 computations left out, not whole yet: its client call's span is not stored yet (1), ..." */
+  function leftOut(left) {
+    var why = Object.keys(left || {}), total = why.reduce(function (a, k) { return a + left[k]; }, 0);
+    return n(total, "computation") + " left out, not whole yet (still running, or not all stored): " +
+      why.map(function (k) { return k + " (" + left[k] + ")"; }).join("; ") + ".";
+  }
+
   EV.renderReport = function (el, rep) {
     el.innerHTML = "";
+    var section = $("report-section");
+    section.toggleAttribute("data-partial", !!rep.partial);
     if (rep.error) { el.appendChild(EV.el("p", { "class": "error" }, rep.error)); return; }
+    if (rep.loading) {
+      el.appendChild(EV.el("p", { "class": "muted partial" }, "The report is made once the run folder is read: " +
+        EV.loadingText(rep.loading) + " so far."));
+      return;
+    }
     if (rep.empty) { el.appendChild(EV.el("p", { "class": "muted" }, "Nothing to report yet.")); return; }
-    el.appendChild(EV.el("p", { "class": "muted" }, EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " " + EV.tzName() + " (" +
-      EV.duration(rep.wall_s) + "); " + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
+    if (rep.partial) el.appendChild(EV.el("p", { "class": "partial" }, "Partial: " + leftOut(rep.left_out) +
+      " The figures below are of the whole computations only."));
+    el.appendChild(EV.el("p", { "class": "muted" }, (rep.start ? EV.clock(rep.start, true) + " → " + EV.clock(rep.end) + " " + EV.tzName() + " (" +
+      EV.duration(rep.wall_s) + "); " : "") + n(rep.computations.length, "computation") + ", " + n(rep.workers.length, "worker") + ". " +
       "The critical path is outlined in black in the Gantt and the task graph; click a key for its story."));
     if (rep.advice.length) {
       el.appendChild(EV.el("h3", {}, "Advice"));
@@ -178,7 +224,7 @@
   EV.refreshReport = function () {
     if (busy) return busy;
     var wait = last + MIN_GAP_MS - Date.now();
-    if (!last || wait <= 0) return load();
+    if (!last || wait <= 0 || (EV.report && EV.report.loading && !EV.loadingNow)) return load();
     clearTimeout(timer);
     timer = setTimeout(function () { load().catch(function (e) { EV.log("report failed", e); }); }, wait);
     return Promise.resolve();

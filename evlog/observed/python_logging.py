@@ -2,7 +2,8 @@
 
 A record at ``settings.python_logging``'s level or above (WARNING by default; OTEL_PYTHON_LOG_LEVEL;
 OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED=false turns it off) becomes an OTel log record through
-this process's LoggerProvider once a logger hands it to its handlers (``Logger.callHandlers``: the
+this process's LoggerProvider (evlog/observed/own_logs.py: without the SDK until the program makes logs
+of its own) once a logger hands it to its handlers (``Logger.callHandlers``: the
 logger's level and filters have let it through), in the thread where it was logged: it carries the trace
 and span ids current then. A Dask task's record is in its execute span; a worker's "Compute Failed"
 error is logged while the failing task's context is current (dask_worker.execute).
@@ -50,7 +51,9 @@ def severity(levelno: int) -> int:
     return min(top + (levelno - base), top + 3)
 
 
-class _Bridge:
+class _Taker:
+    """Takes the records at ``level`` and above, from every logger but OpenTelemetry's and evlog's."""
+
     def __init__(self, level: int, capture_enabled: bool):
         self.level = level
         self.capture_enabled = capture_enabled
@@ -68,19 +71,18 @@ class _Bridge:
                 stream = console.logged(record, logger)
             self._emit(record, stream)
         except Exception as exc:
-            notices.warn_once("logging-bridge", f"a Python logging record could not be exported: {exc!r}")
+            notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
         finally:
             _inside.on = False
 
     def _emit(self, record: logging.LogRecord, stream: str | None) -> None:
         out = self.loggers.get(record.name)
         if out is None:
-            from opentelemetry._logs import get_logger_provider
+            from evlog.observed.own_logs import Logger  # no SDK until the program makes logs of its own
 
             if len(self.loggers) > 4096:
                 self.loggers.clear()
-            out = self.loggers[record.name] = get_logger_provider().get_logger(record.name)
-        from opentelemetry._logs import SeverityNumber
+            out = self.loggers[record.name] = Logger(record.name, None)
 
         attrs = {k: v for k, v in vars(record).items() if k not in _RESERVED}
         attrs["code.file.path"] = record.pathname
@@ -101,20 +103,20 @@ class _Bridge:
         else:
             body = record.getMessage()
         out.emit(timestamp=int(record.created * 1e9), observed_timestamp=time.time_ns(),
-                 severity_number=SeverityNumber(severity(record.levelno)),
+                 severity_number=severity(record.levelno),
                  severity_text=_TEXT.get(record.levelname, record.levelname), body=body, attributes=attrs)
 
 
-_bridge: list = []
+_taker: list = []  # the _Taker while instrumented
 
 
 def _call_handlers(wrapped, instance, args, kwargs):
     try:
-        bridge = _bridge[0] if _bridge else None
-        if bridge is not None:
-            bridge.take(args[0], instance)
+        taker = _taker[0] if _taker else None
+        if taker is not None:
+            taker.take(args[0], instance)
     except Exception as exc:
-        notices.warn_once("logging-bridge", f"a Python logging record could not be exported: {exc!r}")
+        notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
     return wrapped(*args, **kwargs)
 
 
@@ -130,7 +132,7 @@ class LoggingInstrumentor:
         level = settings.python_logging
         if level is None or LoggingInstrumentor._original is not None:
             return
-        _bridge[:] = [_Bridge(level, settings.capture == "enabled")]
+        _taker[:] = [_Taker(level, settings.capture == "enabled")]
         LoggingInstrumentor._original = logging.Logger.__dict__["callHandlers"]
         wrapt.wrap_function_wrapper(logging.Logger, "callHandlers", _call_handlers)
 
@@ -140,4 +142,4 @@ class LoggingInstrumentor:
             return
         logging.Logger.callHandlers = original
         LoggingInstrumentor._original = None
-        _bridge.clear()
+        _taker.clear()

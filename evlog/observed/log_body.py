@@ -1,4 +1,5 @@
-"""Event metadata -> an OTel log body (AnyValue): every key kept, nothing raised.
+"""Event metadata -> an OTel log body (AnyValue): every key kept, nothing raised. For evlog.bridge's and
+torch's events (torch_events/otel.py) and the messages of log_event (events.py).
 
 torchelastic says metadata values are str, int, float, bool or None, but programs pass anything:
 nested dicts, tuples, enums, numpy scalars, tensors, their own objects. The OTLP encoders raise on a

@@ -1,7 +1,7 @@
 """Recorded events -> OTel events: one log record with an ``event_name`` per event.
 
 The record is emitted in the current context, so it carries the current span's trace and span ids;
-its body is the event's metadata (made safe by ``convert.body``), its attribute ``evlog.event_type``
+its body is the event's metadata (made safe by ``log_body.body``), its attribute ``evlog.event_type``
 the event's type, its timestamp the event's own (milliseconds) when one was given.
 Errors of evlog's own are reported once and never reach the program.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 from evlog import notices
 
-from evlog.observed.bridge.convert import body, key
+from evlog.observed.log_body import body, key
 
 SCOPE = "evlog.bridge"
 TYPE_ATTR = "evlog.event_type"
