@@ -63,7 +63,7 @@ def execute_span(rec, resource, names: dict | None = None) -> SpanData:
     if thread is not None:
         attrs["thread.id"] = thread
         attrs["thread.name"] = thread_name
-    if len(rec) > _TOP and rec[_TOP]:  # issue 31: the task's hottest functions, from the worker's profiler
+    if len(rec) > _TOP and rec[_TOP]:  # the task's hottest functions, from the worker's profiler
         attrs["evlog.profile.top"] = rec[_TOP]
     events = []
     lo, hi = start, stop

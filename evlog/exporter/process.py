@@ -254,7 +254,9 @@ _noted: dict = {}  # id -> the resources whose process is counted (kept, so an i
 
 
 def _note_processes(resources: list) -> None:
-    """Count the processes whose telemetry was exported, each once (evlog.process_count: the summary)."""
+    """Count the processes whose telemetry reached the exporter process, each once (evlog.process_count:
+    the summary): the observed processes as their records are built, the exporter process's own
+    samples as they are exported."""
     for r in resources:
         if id(r) not in _noted:
             if len(_noted) >= 4096:  # a resource per process and change, usually: bounded all the same
@@ -547,6 +549,8 @@ class Builder:
                 stats.incr("dropped.unknown_kind", len(records))
                 return
             b = client.builders[kind] = make(meta, client.get_resource)
+        if records and client.resource is not None:  # it made telemetry: counted even if all of it is dropped later
+            _note_processes((client.resource,))
         try:
             self.pipeline.add(b.feed(records, time.monotonic()))
         except Exception as exc:  # the batch is lost: said once, counted
