@@ -42,7 +42,7 @@ class Executions:
         res = self.resource()
         out = []
         for rec in batch:
-            out.append(execute_span(rec, res, self._names) if rec[0] == EXECUTE else transfer_span(rec, res))
+            out.append(execute_span(rec, res, self._names) if rec[wire.Execution.TAG] == EXECUTE else transfer_span(rec, res))
         return out
 
 

@@ -35,10 +35,23 @@ GRACE = 2.0  # seconds a finished task span waits for its release/forget transit
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 KIND = wire.TRANSITIONS
 
-# An open life: [serial, info, transitions, end, state, worker, dependencies, error, at end]
-#   end: time of its first transition to memory/erred/forgotten; state: that transition's finish
-#   at end: (nbytes, suspicious, compute seconds) from its memory/erred transition
-_SN, _INFO, _TRANS, _END, _STATE, _WORKER, _DEPS, _ERR, _AT_END = range(9)
+
+
+class Life:
+    """A task life still open on the exporter side: what its span will say."""
+
+    __slots__ = ("serial", "info", "trans", "end", "state", "worker", "deps", "err", "at_end")
+
+    def __init__(self, serial: int, info, worker):
+        self.serial = serial  #: this builder's number of the life (the ended queue names lives by it)
+        self.info = info  #: wire.dask.TaskInfo: (prefix, group, Dask span id, carrier), from its first transition
+        self.trans: list = []  #: (start, finish, stimulus id, worker, time) per transition
+        self.end = None  #: time of its first transition to memory, erred or forgotten
+        self.state = None  #: that transition's finish
+        self.worker = worker  #: the worker it runs or ran on
+        self.deps = None  #: its dependencies' keys, read at memory/erred
+        self.err = None  #: (text, traceback) when erred
+        self.at_end = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
 
 
 class Lives:
@@ -78,36 +91,36 @@ class Lives:
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1
                 worker, known = life if life is not None else (None, None)
-                life = [self._serial, info or known, [], None, None, worker, None, None, None]
-            elif life[_END] is not None and finish != "released" and finish != "forgotten":
+                life = Life(self._serial, info or known, worker)
+            elif life.end is not None and finish != "released" and finish != "forgotten":
                 self._emit(key, life, out)  # it runs again: a new life
                 self._serial += 1
-                life = [self._serial, info or life[_INFO], [], None, None, life[_WORKER], None, None, None]
-            elif info is not None and life[_INFO] is None:
-                life[_INFO] = info
+                life = Life(self._serial, info or life.info, life.worker)
+            elif info is not None and life.info is None:
+                life.info = info
             if finish == "processing":
-                w = life[_WORKER] = extra
+                w = life.worker = extra
             elif finish == "memory" or finish == "erred":
                 w, deps, err, nbytes, suspicious, compute = extra
-                life[_AT_END] = (nbytes, suspicious, compute)
-                life[_ERR] = err
+                life.at_end = (nbytes, suspicious, compute)
+                life.err = err
                 if deps:
-                    life[_DEPS] = deps
-                w = w or (life[_WORKER] if start == "processing" else None)
+                    life.deps = deps
+                w = w or (life.worker if start == "processing" else None)
                 if w:
-                    life[_WORKER] = w
+                    life.worker = w
                 if finish == "memory":
                     self._held.stored(key, w, nbytes, t, now)
             elif start == "processing" or start == "memory":
-                w = life[_WORKER]  # the worker it leaves (released, died, stolen)
+                w = life.worker  # the worker it leaves (released, died, stolen)
             else:
                 w = None
             if start == "memory":
                 self._held.left(key, t, now)
-            life[_TRANS].append((start, finish, stim, w, t))
-            if life[_END] is None and finish in TERMINAL:
-                life[_END], life[_STATE] = t, finish
-                self._ended.append((now, key, life[_SN]))
+            life.trans.append((start, finish, stim, w, t))
+            if life.end is None and finish in TERMINAL:
+                life.end, life.state = t, finish
+                self._ended.append((now, key, life.serial))
             if finish == "forgotten":
                 self._emit(key, life, out)
                 opened.pop(key, None)
@@ -117,29 +130,29 @@ class Lives:
         while ended and (final or now - ended[0][0] >= GRACE):
             _, key, sn = ended.popleft()
             life = opened.get(key)
-            if type(life) is list and life[_SN] == sn:  # else it is out already (forgotten, or ran again)
+            if type(life) is Life and life.serial == sn:  # else it is out already (forgotten, or ran again)
                 self._emit(key, life, out)
-                opened[key] = (life[_WORKER], life[_INFO])  # until forgotten, its worker and names stay
+                opened[key] = (life.worker, life.info)  # until forgotten, its worker and names stay
         if self._held.pending:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
             for key, life in opened.items():
-                if type(life) is list:
+                if type(life) is Life:
                     self._emit(key, life, out)
             opened.clear()
             self._shapes.flush(out, self.resource())
         return out
 
-    def _emit(self, key, life: list, out: list) -> None:
-        if not life[_TRANS] or life[_INFO] is None or self._only_released(life[_TRANS]):
+    def _emit(self, key, life: Life, out: list) -> None:
+        if not life.trans or life.info is None or self._only_released(life.trans):
             return
         span = self._span(key, life)
         if span is not None:
             out.append(span)
             if self._shapes.batches:
-                at_end = life[_AT_END]
-                self._shapes.ended(life[_INFO][3], key, span, life[_STATE], at_end[2] if at_end else None, out,
-                                   span.resource)
+                at_end = life.at_end
+                self._shapes.ended(life.info[wire.TaskInfo.CARRIER], key, span, life.state,
+                                   at_end[2] if at_end else None, out, span.resource)
 
     def _only_released(self, trans: list) -> bool:
         """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
@@ -149,8 +162,10 @@ class Lives:
         removed = self._removed
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)
 
-    def _span(self, key, life: list):
-        _sn, (prefix, group, group_span, carrier), trans, end, state, worker, deps, err, at_end = life
+    def _span(self, key, life: Life):
+        prefix, group, group_span, carrier = life.info  # wire.dask.TaskInfo, in order
+        trans, end, state, worker, deps, err, at_end = (life.trans, life.end, life.state, life.worker, life.deps,
+                                                        life.err, life.at_end)
         parent = self._parents.get(carrier)[1] if carrier else None  # read with the program's propagators
         if parent is not None:
             if not parent.trace_flags.sampled:

@@ -102,9 +102,9 @@ class Readings:
     def feed(self, batch, now: float, final: bool = False) -> list:
         changed: list = []
         for rec in batch:
-            tag = rec[0]
-            if rec[1] > self._latest:
-                self._latest = rec[1]
+            tag, t = rec[0], rec[1]  # every readings record starts (tag, time read): wire.dask.SpanSeen, ...
+            if t > self._latest:
+                self._latest = t
             if tag == wire.FIGURES:
                 self._figures(rec, changed)
             elif tag == wire.TIMES:
@@ -124,7 +124,7 @@ class Readings:
                 if s is not None and parent is not None and len(s.links) < wire.MAX_CALLS:
                     s.links.append(SpanLink(SpanContext(parent.trace_id, parent.span_id, False, parent.trace_flags)))
             elif tag == wire.CLOSED:
-                self._closed = rec[1]
+                self._closed = t
         if changed and self.metrics is not None:
             self._export(changed)
         out: list = []

@@ -19,7 +19,7 @@ import time
 from evlog import pprof
 from evlog.version import __version__
 from evlog.wire.profile_records import KIND as KIND  # the records' kind (process._builders)
-from evlog.wire.profile_records import Rec, Samples, Task
+from evlog.wire.profile_records import Frames, Interval, Rec, Samples, Task
 
 EVENT = "evlog.profile"
 LABELS = {Task.DASK.value: "dask.task.prefix", Task.POOL.value: "code.function.name"}
@@ -44,13 +44,13 @@ class ProfileLogs:
     def feed(self, batch, now: float, final: bool = False) -> list:
         groups: dict = {}
         for rec in batch:
-            kind = rec[0]
+            kind = rec[Samples.REC]  # the first field of every profile record
             if kind == Rec.SAMPLES:
                 groups.setdefault((rec[Samples.KIND], rec[Samples.LABEL]), []).append(rec)
             elif kind == Rec.FRAMES:
-                self._frames(rec[1], rec[2])
+                self._frames(rec[Frames.FIRST], rec[Frames.NEW])
             elif kind == Rec.INTERVAL:
-                self.span = (rec[1], rec[2])
+                self.span = (rec[Interval.START_NS], rec[Interval.END_NS])
         if groups:
             out = [self._record(kind, label, recs) for (kind, label), recs in groups.items()]
             self.add(out)

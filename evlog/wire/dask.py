@@ -55,6 +55,15 @@ class Transition(IntEnum):
     INFO = 6
 
 
+class TaskInfo(IntEnum):
+    """Fields of a transition's INFO: what the scheduler knows of a task as its life begins (its
+    transition from ``released``)."""
+    PREFIX = 0  #: the task's prefix (TaskGroup.prefix.name)
+    GROUP = 1  #: its TaskGroup's name
+    SPAN_ID = 2  #: its TaskGroup's Dask span id (the implicit default span's too)
+    CARRIER = 3  #: the client call's trace context (a carrier: evlog.propagation), or None
+
+
 class Execution(IntEnum):
     """Fields of a worker's EXECUTE record."""
     TAG = 0

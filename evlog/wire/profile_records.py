@@ -40,6 +40,13 @@ class Samples(IntEnum):
     STACKS = 6
 
 
+class Frames(IntEnum):
+    """Fields of a FRAMES record."""
+    REC = 0
+    FIRST = 1  #: the number of the first new entry (0: the table starts anew)
+    NEW = 2  #: ((function, file, line), ...)
+
+
 class Interval(IntEnum):
     """Fields of an INTERVAL record."""
     REC = 0

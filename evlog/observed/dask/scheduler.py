@@ -44,7 +44,8 @@ _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 
 def _info(ts) -> tuple | None:
-    """(prefix, group, Dask span id, trace context carrier) of a task whose life begins."""
+    """(prefix, group, Dask span id, trace context carrier) of a task whose life begins: the fields of
+    wire.dask.TaskInfo, in order."""
     if ts is None:
         return None
     tg = ts.group
