@@ -120,55 +120,21 @@ def _provider(var: str):
 
 
 def _partial_success(response: bytes) -> tuple[int, str]:
-    """ExportTraceServiceResponse.partial_success: (rejected_spans, error_message); (0, "") when absent."""
-    for field, value in _fields(response):
-        if field == 1 and isinstance(value, bytes):
-            rejected, message = 0, ""
-            for f, v in _fields(value):
-                if f == 1 and isinstance(v, int):
-                    rejected = v - (1 << 64) if v >= 1 << 63 else v
-                elif f == 2 and isinstance(v, bytes):
-                    message = v.decode("utf-8", "replace")
-            return rejected, message
-    return 0, ""
+    """ExportTraceServiceResponse.partial_success: (rejected_spans, error_message); (0, "") when absent or
+    not a response (an empty or foreign body)."""
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    try:
+        partial = ExportTraceServiceResponse.FromString(response).partial_success
+    except DecodeError:
+        return 0, ""
+    return partial.rejected_spans, partial.error_message
 
 
-def _fields(data: bytes):
-    """(field number, int or bytes) of a protobuf message; stops at anything it cannot read."""
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _read_varint(data, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _read_varint(data, pos)
-        elif wire == 2:
-            n, pos = _read_varint(data, pos)
-            value, pos = data[pos:pos + n], pos + n
-        elif wire == 1:
-            value, pos = int.from_bytes(data[pos:pos + 8], "little"), pos + 8
-        elif wire == 5:
-            value, pos = int.from_bytes(data[pos:pos + 4], "little"), pos + 4
-        else:
-            return
-        if pos > end:
-            return
-        yield field, value
-
-
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    out = shift = 0
-    while pos < len(data):
-        b = data[pos]
-        pos += 1
-        out |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return out, pos
-        shift += 7
-    return out, len(data) + 1
-
-
-def _accepted(n: int, response: bytes) -> Sent:
-    rejected, message = _partial_success(response)
+def _accepted(n: int, partial: tuple[int, str]) -> Sent:
+    """A collector's answer: ``partial`` is its partial success, (rejected spans, message)."""
+    rejected, message = partial
     if rejected > 0 or message:
         rejected = max(0, min(rejected, n))
         if rejected:
@@ -308,7 +274,7 @@ class GrpcSpans:
             if code is grpc.StatusCode.UNAVAILABLE:  # a new channel: the collector is tried afresh next time
                 self._reopen()
             return Sent(False, retry_after=_retry_info(error) if code in s.retryable else None)
-        return _accepted(n, response or b"")
+        return _accepted(n, _partial_success(response or b""))
 
     def _reopen(self) -> None:
         try:
@@ -331,20 +297,14 @@ def _retry_info(error) -> float | None:
     """The delay of a ``google.rpc.RetryInfo`` in the answer's trailing metadata (seconds), if any."""
     try:
         raw = dict(error.trailing_metadata() or ()).get("google.rpc.retryinfo-bin")
-    except Exception:
+        if not raw:
+            return None
+        from google.rpc.error_details_pb2 import RetryInfo  # googleapis-common-protos, as the stock exporter
+
+        delay = RetryInfo.FromString(raw).retry_delay
+        return delay.seconds + delay.nanos / 1e9
+    except Exception:  # no metadata, or not a RetryInfo: no delay asked
         return None
-    if not raw:
-        return None
-    for field, value in _fields(raw):
-        if field == 1 and isinstance(value, bytes):  # retry_delay: a Duration
-            seconds = nanos = 0
-            for f, v in _fields(value):
-                if f == 1 and isinstance(v, int):
-                    seconds = v
-                elif f == 2 and isinstance(v, int):
-                    nanos = v
-            return seconds + nanos / 1e9
-    return None
 
 
 # ---- OTLP/HTTP -------------------------------------------------------------------------------------------
@@ -435,7 +395,7 @@ class HttpSpans:
             return Sent(False)
         code = answer.status_code
         if 200 <= code < 400:
-            return _accepted(n, _json_partial_success(answer) if self.json else answer.content)
+            return _accepted(n, _json_partial_success(answer) if self.json else _partial_success(answer.content))
         export_failed(f"HTTP {code} {answer.reason or ''} from {s.url}".rstrip())
         return Sent(False, retry_after=_retry_after(answer.headers.get("retry-after")) if code in HTTP_RETRYABLE else None)
 
@@ -467,20 +427,13 @@ def _compress(data: bytes, how: str) -> bytes:
     return data
 
 
-def _json_partial_success(answer) -> bytes:
-    """An OTLP/JSON answer's partialSuccess, as the protobuf answer's bytes (what _partial_success reads)."""
+def _json_partial_success(answer) -> tuple[int, str]:
+    """An OTLP/JSON answer's partialSuccess: (rejected spans, message)."""
     try:
         partial = (answer.json() or {}).get("partialSuccess") or {}
-        rejected = int(partial.get("rejectedSpans") or 0)
-        message = str(partial.get("errorMessage") or "")
+        return int(partial.get("rejectedSpans") or 0), str(partial.get("errorMessage") or "")
     except Exception:  # an empty or foreign body: nothing rejected
-        return b""
-    body = b""
-    if rejected:
-        body += b"\x08" + span_encoding.varint(rejected & ((1 << 64) - 1))
-    if message:
-        body += b"\x12" + span_encoding.varint(len(message.encode())) + message.encode()
-    return b"\x0a" + span_encoding.varint(len(body)) + body if body else b""
+        return 0, ""
 
 
 def _retry_after(value: str | None) -> float | None:
