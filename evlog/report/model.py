@@ -253,10 +253,6 @@ def key_prefix(key: str) -> str:
         prefix += f"-{w}"
     return prefix
 
-    @property
-    def wall_ns(self) -> int:
-        return max(0, (self.end or 0) - (self.start or 0))
-
 
 # -------------------------------------------------------------------------------------------------
 # grouping
