@@ -100,7 +100,7 @@ def test_a_malformed_command_warns_and_is_an_ordinary_line():
 def test_repeats_collapse_into_a_notice_and_empty_runs_into_one_line():
     p = cp.ConsoleParser("enabled")
     recs = feed(p, b"same\n" * 100 + b"next\n\n\n\n\nlast\nlast\n")
-    assert [(r.kind, r.body, r.count) for r in recs] == [
+    assert [(r.kind, r.body, r.lines) for r in recs] == [
         (cp.TEXT, "same", 0),
         (cp.REPEATED, "[evlog: previous line repeated 99 more times]", 99),
         (cp.TEXT, "next", 0),
@@ -113,7 +113,7 @@ def test_repeats_collapse_into_a_notice_and_empty_runs_into_one_line():
 def test_pending_repeats_are_reported_when_the_stream_goes_idle():
     p = cp.ConsoleParser("enabled")
     assert texts(p.feed("stdout", b"tick\ntick\ntick\n")) == ["tick"]
-    assert [r.count for r in p.flush()] == [2]
+    assert [r.lines for r in p.flush()] == [2]
     assert p.flush() == []
 
 
@@ -154,7 +154,7 @@ def test_discarded_bytes_count_whole_lines_once():
     out = p.feed("stdout", b"a1\na2\npart")
     p.discard("stdout", 3, True)  # "ial\nb1\nb2\nbro" was dropped
     out += p.feed("stdout", b"ken\nc1\n")
-    assert [(r.kind, r.body if r.kind == cp.TEXT else r.count) for r in out] == [
+    assert [(r.kind, r.body if r.kind == cp.TEXT else r.lines) for r in out] == [
         (cp.TEXT, "a1"), (cp.TEXT, "a2"), (cp.DROPPED, 4), (cp.TEXT, "c1")]
 
 
@@ -256,7 +256,7 @@ def test_every_line_is_exported_or_counted_as_dropped(n, chunk, drops):
             out += p.feed("stdout", piece)
     out += p.close("stdout")
     got = [r.body for r in out if r.kind == cp.TEXT]
-    dropped = sum(r.count for r in out if r.kind == cp.DROPPED)
+    dropped = sum(r.lines for r in out if r.kind == cp.DROPPED)
     assert len(got) + dropped == n
     it = iter(lines)
     assert all(any(g == x for x in it) for g in got), "exported lines are whole, in order"

@@ -100,11 +100,11 @@ class ConsoleLogs:
                 if kind == cp.METADATA:
                     self._gauge(r.body)
             elif kind == cp.REPEATED:
-                attrs = {ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.count}
+                attrs = {ATTR_IOSTREAM: r.stream, ATTR_REPEATED: r.lines}
             elif kind == cp.DROPPED:
                 if disabled:
                     continue
-                attrs = {ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.count}
+                attrs = {ATTR_IOSTREAM: r.stream, ATTR_DROPPED: r.lines}
             else:
                 continue
             out.append(ReadableLogRecord(LogRecord(timestamp=t, observed_timestamp=observed, context=ctx, body=r.body,

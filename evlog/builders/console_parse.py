@@ -35,7 +35,7 @@ class Record(NamedTuple):
     kind: str  # TEXT, METADATA, COMMAND, REPEATED, DROPPED or WARNING
     stream: str  # "stdout" or "stderr"
     body: Any  # str (text, notices, warning) or dict (metadata, command)
-    count: int = 0  # REPEATED / DROPPED: how many lines the notice stands for
+    lines: int = 0  # REPEATED / DROPPED: how many lines the notice stands for
 
 
 class _Stream:

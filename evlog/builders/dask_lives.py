@@ -46,12 +46,12 @@ class Life:
         self.serial = serial  #: this builder's number of the life (the ended queue names lives by it)
         self.info = info  #: wire.dask.TaskInfo: (prefix, group, Dask span id, carrier), from its first transition
         self.trans: list = []  #: (start, finish, stimulus id, worker, time) per transition
-        self.end = None  #: time of its first transition to memory, erred or forgotten
-        self.state = None  #: that transition's finish
+        self.end: float | None = None  #: time of its first transition to memory, erred or forgotten
+        self.state: str | None = None  #: that transition's finish
         self.worker = worker  #: the worker it runs or ran on
-        self.deps = None  #: its dependencies' keys, read at memory/erred
-        self.err = None  #: (text, traceback) when erred
-        self.at_end = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
+        self.deps: list | tuple | None = None  #: its dependencies' keys, read at memory/erred
+        self.err: tuple[str, str] | None = None  #: (text, traceback) when erred
+        self.at_end: tuple | None = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
 
 
 class Lives:
@@ -207,7 +207,7 @@ class Lives:
                 ev["dask.stimulus_id"] = stim or ""
                 events.append(SpanEvent("transition", int(t * 1e9), ev))
         status = UNSET
-        if state == "erred":
+        if state == "erred" and end is not None:  # a life's end and state are set together
             text, tb = err or ("erred", "")
             status = Status(StatusCode.ERROR, text)
             ev = {"exception.message": text}

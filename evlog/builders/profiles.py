@@ -90,7 +90,7 @@ class ProfileLogs:
         start, end = self.span
         period = int(self.interval * 1e9)
         body = pprof.to_body(pprof.encode(samples, SAMPLE_TYPES, SAMPLE_TYPES[1], period, start, max(0, end - start)))
-        attrs = {
+        attrs: dict[str, str | int | float] = {
             LABELS.get(kind, "code.function.name"): label,
             "evlog.profile.samples": total,
             "evlog.profile.tasks": len(spans),

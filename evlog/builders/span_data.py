@@ -24,7 +24,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 UNSET = Status(StatusCode.UNSET)
-NO_ATTRIBUTES = MappingProxyType({})  # a span's attributes when it has none (never None, as ReadableSpan's)
+#: a span's attributes when it has none (never None, as ReadableSpan's)
+NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 
 class SpanEvent(NamedTuple):

@@ -22,7 +22,7 @@ def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     return analyse_with_model(spans, logs, source)[0]
 
 
-def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", comps: list | None = None,
+def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", comps: list[Computation] | None = None,
                        left_out: dict | None = None) -> tuple[dict, list[Computation]]:
     """``analyse``, and the computations it found (evlog.report.model), for what-if (whatif_run).
     ``comps``: the computations already built from ``spans`` (evlog.report.whole), and ``left_out``
@@ -55,7 +55,8 @@ def analyse_with_model(spans: list[dict], logs: list[dict], source: str = "", co
     start, end = (min(times), max(times)) if times else (None, None)
     out = {
         "source": source,
-        "start": secs(start), "end": secs(end), "wall_s": dur(end - start) if times else None,
+        "start": secs(start), "end": secs(end),
+        "wall_s": dur(end - start) if start is not None and end is not None else None,
         "partial": bool(left_out), "left_out": dict(left_out or {}),
         "computations": out_comps,
         "workers": ws,
@@ -78,24 +79,26 @@ def critical_path(c: Computation, made: dict | None = None) -> list[Task]:
     call at a time) is followed into that call's computation: ``made`` is key -> the lives that
     computed it, in every computation (``made_by``)."""
     tasks = c.tasks
-    t = max((x for x in tasks.values() if x.end is not None), key=lambda x: x.end, default=None)
-    if t is None:
+    ended = [(x, end) for x in tasks.values() if (end := x.end) is not None]
+    if not ended:
         return []
+    t, t_end = max(ended, key=lambda xe: xe[1])
     path, seen = [t], {t.key}
     while True:
-        best = None
+        best: tuple[Task, int] | None = None
         for k in t.deps:
             d = (t.comp or c).tasks.get(k)
-            if (d is None or d.end is None) and made:
-                d = max((x for x in made.get(k, ()) if x.end is not None and x.end <= t.end),
-                        key=lambda x: x.end, default=None)
-            if d is not None and d.end is not None and d.key not in seen and (best is None or d.end > best.end):
-                best = d
+            d_end = d.end if d is not None else None
+            if d_end is None and made:
+                d, d_end = max(((x, end) for x in made.get(k, ()) if (end := x.end) is not None and end <= t_end),
+                               key=lambda xe: xe[1], default=(None, None))
+            if d is not None and d_end is not None and d.key not in seen and (best is None or d_end > best[1]):
+                best = d, d_end
         if best is None:
             break
-        path.append(best)
-        seen.add(best.key)
-        t = best
+        t, t_end = best
+        path.append(t)
+        seen.add(t.key)
     path.reverse()
     return path
 
@@ -163,14 +166,14 @@ def stragglers(c: Computation) -> list[dict]:
     for t in c.tasks.values():
         if t.executions and not t.erred:
             by.setdefault(t.prefix, []).append(t)
-    out = []
+    out: list[dict] = []
     for p, ts in by.items():
         if len(ts) < STRAGGLER_MIN_COUNT:
             continue
         med = _median([t.compute_ns for t in ts])
         for t in ts:
             if t.compute_ns > STRAGGLER_RATIO * med and t.compute_ns > STRAGGLER_MIN_S * NS:
-                e = t.last
+                e = t.executions[-1]  # its last execution (it ran: ``by`` holds tasks with executions)
                 out.append({"key": t.key, "prefix": p, "worker": e.worker, "thread": e.thread,
                             "start": secs(t.exec_start), "compute_s": dur(t.compute_ns), "median_s": dur(med),
                             "ratio": round(t.compute_ns / med, 1) if med else None})
@@ -226,7 +229,7 @@ def computation(c: Computation, made: dict | None = None) -> dict:
     path_compute = sum(t.compute_ns for t in path)
     pre = prefixes(c)
     fails, blamed = failures(c)
-    out = {
+    out: dict = {
         "id": c.id, "name": c.name, "method": c.method, "key": c.first_key, "trace_id": c.trace_id,
         "start": secs(c.start), "end": secs(c.end), "tasks": len(c.tasks),
         "wall_s": dur(c.wall_ns) if c.start is not None and c.end is not None else None,  # never since 1970
@@ -264,13 +267,12 @@ def running(c: Computation) -> dict:
     width = max(1, c.wall_ns // MAX_RUNNING)
     ts, ns = [secs(c.start)], [0]
     n = 0
-    bucket, peak = None, 0
+    bucket, peak = (steps[0][0] - c.start) // width, 0  # the first step's bucket
     for when, d in steps:
         b = (when - c.start) // width
         if b != bucket:
-            if bucket is not None:
-                ts.append(secs(c.start + bucket * width))
-                ns.append(peak)
+            ts.append(secs(c.start + bucket * width))
+            ns.append(peak)
             bucket, peak = b, n
         n += d
         peak = max(peak, n)
@@ -353,9 +355,9 @@ def workers(comps: list[Computation]) -> list[dict]:
     tasks: dict[str, int] = {}
     for c in comps:
         for t in c.tasks.values():
-            for e in t.executions:
-                if e.worker:
-                    busy.setdefault(e.worker, {}).setdefault(e.thread, []).append((e.start, e.end))
+            for ex in t.executions:
+                if ex.worker:
+                    busy.setdefault(ex.worker, {}).setdefault(ex.thread, []).append((ex.start, ex.end))
             if t.executions and t.exec_worker:
                 tasks[t.exec_worker] = tasks.get(t.exec_worker, 0) + 1
     moved: dict[str, list] = {}
@@ -368,7 +370,7 @@ def workers(comps: list[Computation]) -> list[dict]:
             moved_bytes[w] = moved_bytes.get(w, 0) + (b if isinstance(b, int) else 0)
     out = []
     for w in sorted(set(busy) | set(moved)):
-        threads = []
+        threads: list[dict] = []
         all_busy = []
         for th, iv in sorted(busy.get(w, {}).items()):
             iv = _clip(merge(iv), windows)
@@ -474,8 +476,9 @@ MAX_POINTS = 2000  # per metadata series in the report (the HTML page plots them
 def metadata(logs: list[dict]) -> list[dict]:
     """Per process that printed console metadata: the x axis the dashboard uses, and per numeric
     key its last value, first, min, max and trend (a least-squares slope over the x axis)."""
-    evs = [{"body": r["body"], "time": r["time"] or r["observed_time"] or 0, "process": label(r["resource"])}
-           for r in logs if r["event_name"] == "evlog.metadata" and isinstance(r["body"], dict)]
+    evs: list[dict] = [{"body": r["body"], "time": r["time"] or r["observed_time"] or 0,
+                        "process": label(r["resource"])}
+                       for r in logs if r["event_name"] == "evlog.metadata" and isinstance(r["body"], dict)]
     if not evs:
         return []
     evs.sort(key=lambda e: e["time"])

@@ -70,7 +70,7 @@ def load_db(path: str, run: str | None = None) -> tuple[list, list, str, list]:
         points = store_points(scoped, activity.METRICS)
     finally:
         store.close()
-    return spans, logs, store.path + (f" (run {run})" if run is not None and len(runs) > 1 else ""), points
+    return spans, logs, (store.path or path) + (f" (run {run})" if run is not None and len(runs) > 1 else ""), points
 
 
 def build_report(run_dir: str | None = None, db: str | None = None, runs: str = "evlog-runs",

@@ -6,6 +6,7 @@ stragglers, failures. Pure functions over otlp_decode's rows.
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from evlog.data.exception_text import split_exception
 
@@ -18,7 +19,7 @@ RANK_STRAGGLER_RATIO = 1.25  # a rank that ran this much longer than the median 
 RANK_STRAGGLER_MIN_S = 1.0   # ... and at least this much longer
 
 
-def _secs(ns):
+def _secs(ns: int | None) -> float | None:
     return None if ns is None else round(ns / NS, 6)
 
 
@@ -33,7 +34,7 @@ def _error(r: dict) -> tuple[str, str, str]:
     return etype, msg, tb
 
 
-def _int(value) -> int | None:
+def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
     except (TypeError, ValueError):
@@ -63,7 +64,7 @@ class _Calls:
                     self.failed_at = _int((ev.get("attributes") or {}).get("evlog.pool.call.index"))
 
 
-def _num(value, default: float) -> float:
+def _num(value: object, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 

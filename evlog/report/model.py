@@ -11,6 +11,8 @@ the compute span of its trace, else to a computation of its own trace.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from evlog.data.intervals import merge
 from evlog.report.common import NS
 from evlog.wire import dask as wire_dask
@@ -76,11 +78,13 @@ class Task:
         self.worker = ""
         self.transitions: list[tuple] = []  # (time, start, finish, worker, stimulus)
         self.executions: list[Execution] = []
-        self.submitted = self.ready = self.finish = None
+        self.submitted: int | None = None
+        self.ready: int | None = None
+        self.finish: int | None = None
         self.erred = False
         self.error = ""
         self.compute_ns = self.transfer_ns = self.queued_ns = self.erred_ns = 0
-        self.comp = None
+        self.comp: Computation | None = None
         if span is not None:
             a = span["attributes"]
             deps = a.get("dask.task.dependencies")
@@ -149,8 +153,8 @@ class Computation:
         a = span["attributes"] if span is not None else {}
         self.method = str(a.get("dask.client.method") or ("graph" if span is not None else "trace"))
         self.first_key = str(a.get("dask.task.key") or "")
-        self.start = span["start"] if span is not None else None
-        self.end = span["end"] if span is not None else None
+        self.start: int | None = span["start"] if span is not None else None
+        self.end: int | None = span["end"] if span is not None else None
         self.tasks: dict[str, Task] = {}  # the life of each key that ran for this computation
         self.transfers: list[dict] = []
         self.name = ""  # set by ``name_all``, once the run's computations are known
@@ -206,7 +210,7 @@ def name_all(comps: list[Computation], span_names: dict | None = None) -> None:
         c.name = base if k == 1 else f"{base} #{k}"
 
 
-def dask_span_of(tasks, span_names: dict) -> str:
+def dask_span_of(tasks: Iterable[Task], span_names: dict) -> str:
     """The innermost Dask span (``distributed.span``) all these tasks ran in, as ``etl / load``: the
     common start of their spans' name paths. Empty when they ran in none (Dask's implicit ``default``
     span has no ``dask.span.id``) or in unrelated ones."""
@@ -253,16 +257,12 @@ def key_prefix(key: str) -> str:
         prefix += f"-{w}"
     return prefix
 
-    @property
-    def wall_ns(self) -> int:
-        return max(0, (self.end or 0) - (self.start or 0))
-
 
 # -------------------------------------------------------------------------------------------------
 # grouping
 
 
-def _computation_of(spans: dict, computes: dict, by_trace: dict):
+def _computation_of(spans: dict, computes: dict, by_trace: dict) -> Callable[[dict], str | None]:
     """A function span row -> computation id (memoised), following parents and links upwards."""
     memo: dict[str, str | None] = {}
 
@@ -357,12 +357,12 @@ def build(span_rows: list[dict]) -> list[Computation]:
         key = str(a.get("dask.task.key") or "")
         if not key:
             continue
-        t = _life_for(lives.get(key), r, rows_of)
-        if t is None:  # an execution the scheduler did not report (its scheduler ran without evlog)
-            t = Task(key, str(a.get("dask.task.prefix") or r["name"][13:]), None)
-            rows_of[id(t)] = r
-            lives.setdefault(key, []).append(t)
-        t.executions.append(Execution(r))
+        life = _life_for(lives.get(key), r, rows_of)
+        if life is None:  # an execution the scheduler did not report (its scheduler ran without evlog)
+            life = Task(key, str(a.get("dask.task.prefix") or r["name"][13:]), None)
+            rows_of[id(life)] = r
+            lives.setdefault(key, []).append(life)
+        life.executions.append(Execution(r))
     for key, ls in lives.items():
         for t in ls:  # in start order: the last life that computed stands for the key in its computation
             if after_result(t) and any(not after_result(x) for x in ls):

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 
-from evlog.data.profile_samples import samples
+from evlog.data.profile_samples import Sample, samples
 
 from .common import pct
+from .model import Computation
 
 TOP = 10  # functions listed per prefix in the JSON (text and HTML show 5)
 SHOWN = 5
@@ -28,7 +30,7 @@ _NOT_THE_USERS = re.compile(r"[/\\](evlog|distributed|dask|tornado|cloudpickle|m
                             r"|^<frozen |^$")
 
 
-def top(ss, limit: int = TOP) -> list[dict]:
+def top(ss: list[Sample], limit: int = TOP) -> list[dict]:
     """Functions ranked by self time: ``[{"function", "file", "line", "self", "total"}]`` (seconds)."""
     self_ns: dict = {}
     total_ns: dict = {}
@@ -44,7 +46,7 @@ def top(ss, limit: int = TOP) -> list[dict]:
              "total": round(total_ns[f] / 1e9, 6)} for f in ranked]
 
 
-def summary(ss) -> dict:
+def summary(ss: Iterable[Sample]) -> dict:
     """``{"samples", "seconds", "top", "own"}`` of some samples; ``own`` is the user's function that the
     most sampled time is charged to (``users_hottest``), or None."""
     ss = list(ss)
@@ -52,7 +54,7 @@ def summary(ss) -> dict:
             "own": users_hottest(ss)}
 
 
-def users_hottest(ss) -> dict | None:
+def users_hottest(ss: list[Sample]) -> dict | None:
     """The function of the user's that holds the most sampled time, each sample charged to its innermost
     frame that is the user's (``_NOT_THE_USERS``): ``{"function", "file", "line", "seconds", "share"}``
     (share of all the samples' time), or None when no sample has a frame of the user's."""
@@ -70,7 +72,7 @@ def users_hottest(ss) -> dict | None:
             "share": round(held[f] / total, 4)}
 
 
-def attach(out_comps: list[dict], comps, pools: dict | None, logs: list[dict]) -> None:
+def attach(out_comps: list[dict], comps: list[Computation], pools: dict | None, logs: list[dict]) -> None:
     """Adds ``profile`` to each computation's prefixes (the samples of its own execute spans) and to the
     pools' functions, and advice where one function dominates a prefix on the critical path."""
     ss = samples(logs)
@@ -105,8 +107,8 @@ def advice(c: dict) -> list[str]:
     out = []
     on_path = {r["prefix"] for r in c["critical_path"]}
     for prefix in sorted(on_path):
-        prof = (c["prefixes"].get(prefix) or {}).get("profile")
-        f = prof.get("own") if prof else None
+        prof = (c["prefixes"].get(prefix) or {}).get("profile") or {}
+        f = prof.get("own")
         if f is None or prof["samples"] < MIN_SAMPLES or f["share"] < DOMINATES:
             continue
         out.append(f"{c['name']}: {f['function']} ({_where(f)}) holds {pct(f['share'])} of the sampled time of "

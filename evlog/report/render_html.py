@@ -69,7 +69,7 @@ _JS = """
 DETAILED = 20  # computations drawn in full on the page
 
 
-def _e(x) -> str:
+def _e(x: object) -> str:
     return html.escape("" if x is None else str(x))
 
 

@@ -81,6 +81,11 @@ class Node:
         self.release = float(release)
 
 
+#: a graph's shape (``Graph.shape``): per node its dependents, its count of dependencies and its prefix's
+#: mean duration (ns), and per task group its size, its dependency groups' count and their total size
+_Shape = tuple[list[list[int]], list[int], list[float], dict[str, tuple[int, int, int]]]
+
+
 class Graph:
     """The tasks of one computation, and the time outside the replay: ``tail`` from the last task's
     end to the end of the client's call (its results coming back)."""
@@ -90,9 +95,9 @@ class Graph:
     def __init__(self, nodes: list[Node], tail: float = 0.0):
         self.nodes = nodes
         self.tail = float(tail)
-        self._shape = None
+        self._shape: _Shape | None = None
 
-    def shape(self) -> tuple:
+    def shape(self) -> _Shape:
         """What every replay of the graph needs, made once: each node's dependents and count of
         dependencies, its prefix's mean duration (Dask's estimate), and per task group its size and
         its dependency groups' count and total size."""
@@ -289,6 +294,8 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
 
     def dispatch(t: float) -> None:
         """Queued root-ish tasks to workers with a free slot, the least busy first."""
+        if cap is None:  # no saturation cap: no group is root-ish, nothing is queued
+            return
         while queue:
             best, load = -1, cap
             for x in range(W):
@@ -382,7 +389,8 @@ def replay(graph: Graph, workers: int, threads: int, params: Params) -> Replay:
                                                            freed_by), start, end, worker)
 
 
-def _limits(nodes, ready, last_dep, sent, fetch, arrive, start, end, freed_by) -> dict:
+def _limits(nodes: list[Node], ready: list[float], last_dep: list[int], sent: list[float], fetch: list[float],
+            arrive: list[float], start: list[float], end: list[float], freed_by: list[int]) -> dict:
     """ns by cause on the chain back from the last task to end (module docstring). The chain tiles
     the time: a task that waited for a thread is preceded by the task whose end freed it, and counts
     to the workers; one that started when it arrived is preceded by its transfers, the scheduler's

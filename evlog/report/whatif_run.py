@@ -29,7 +29,9 @@ import statistics
 
 from .common import NS, label
 from .groups import CHUNK_SPANS, POOL_SPANS
-from .whatif import DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, list_schedule, replay
+from .model import Computation, Task
+from .whatif import (DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, Replay, list_schedule,
+                     replay)
 
 SMALL_TRANSFER = 64 * 1024  # bytes: transfers under this measure latency, the others bandwidth
 MAX_CURVE = 16  # worker counts on the HTML page's curve
@@ -89,7 +91,7 @@ def parse_shape(text: str) -> Shape:
 # the inputs
 
 
-def recorded_shape(comps: list) -> tuple[int, int]:
+def recorded_shape(comps: list[Computation]) -> tuple[int, int]:
     """(workers, threads per worker) that ran the run's tasks: the workers seen, the most threads
     seen running tasks on one of them."""
     threads: dict[str, set] = {}
@@ -102,7 +104,7 @@ def recorded_shape(comps: list) -> tuple[int, int]:
     return len(threads), max(len(s) for s in threads.values())
 
 
-def _threads(comps: list) -> dict[tuple[str, str], list[tuple[int, int]]]:
+def _threads(comps: list[Computation]) -> dict[tuple[str, str], list[tuple[int, int]]]:
     out: dict[tuple[str, str], list] = {}
     for c in comps:
         for t in c.tasks.values():
@@ -113,7 +115,7 @@ def _threads(comps: list) -> dict[tuple[str, str], list[tuple[int, int]]]:
     return out
 
 
-def latency(comps: list) -> tuple[float, int, float]:
+def latency(comps: list[Computation]) -> tuple[float, int, float]:
     """(ns, samples, warm-up ns): the median gap between a task's last dependency's end and its start,
     less its transfers, over tasks whose thread was free through the gap and had run a task before;
     with no such task, the least gap of any. A worker's first task also waits for the worker's first
@@ -121,7 +123,7 @@ def latency(comps: list) -> tuple[float, int, float]:
     their first task's gap beyond that latency."""
     by_thread = _threads(comps)
     starts = {k: [s for s, _ in iv] for k, iv in by_thread.items()}
-    first_start = {}
+    first_start: dict[str, int] = {}
     for (w, _), iv in by_thread.items():
         first_start[w] = min(first_start.get(w, iv[0][0]), iv[0][0])
     idle, other, first = [], [], []
@@ -153,7 +155,7 @@ def latency(comps: list) -> tuple[float, int, float]:
     return lat, len(idle), warm
 
 
-def hand_off(comps: list, lat: float) -> tuple[float, int]:
+def hand_off(comps: list[Computation], lat: float) -> tuple[float, int]:
     """(ns, samples): the median gap on one thread between a task's end and the start of the next,
     where the next was ready (on the scheduler) at least ``lat`` before that end and fetched nothing:
     it was waiting on the worker, so the gap is the worker's own work between two tasks (the worker's
@@ -173,17 +175,18 @@ def hand_off(comps: list, lat: float) -> tuple[float, int]:
     return (float(statistics.median(gaps)), len(gaps)) if gaps else (0.0, 0)
 
 
-def _sent_at_once(t) -> bool:
+def _sent_at_once(t: Task) -> bool:
     """The task went from waiting straight to processing (not through the scheduler's queue)."""
     return any(x[2] == "processing" and x[1] in ("waiting", "released") for x in t.transitions)
 
 
-def network(comps: list) -> tuple[float, float, int, int]:
+def network(comps: list[Computation]) -> tuple[float, float, int, int]:
     """(bytes/s, ns per transfer, transfers timing the latency, transfers timing the bandwidth) from
     the run's ``dask.transfer`` spans: the latency is the median time of those under SMALL_TRANSFER,
     the bandwidth the bytes over the time (less that latency) of the others; Dask's default
     bandwidth when there are none."""
-    small, big = [], []
+    small: list[tuple[int, int]] = []
+    big: list[tuple[int, int]] = []
     for c in comps:
         for r in c.transfers:
             b = r["attributes"].get("dask.transfer.bytes")
@@ -213,7 +216,7 @@ def cpu_shares(out_comps: list[dict]) -> dict[str, float]:
     return {p: on / total for p, (on, total) in cpu.items() if total > 0}
 
 
-def alone_factors(comps: list, cpu: dict[str, float]) -> tuple[dict[int, float], dict[str, float]]:
+def alone_factors(comps: list[Computation], cpu: dict[str, float]) -> tuple[dict[int, float], dict[str, float]]:
     """(id(Execution) -> its running time alone over its recorded time (1 when it shared the GIL with
     nothing), prefix -> its CPU share alone). Tasks running together on one worker progress at
     min(1, 1 / their CPU shares' sum); the CPU share measured beside others (Dask counts waiting for
@@ -272,11 +275,13 @@ def _sweep(ex: list, share: dict, factors: dict, alone: dict) -> None:
         alone[p] = alone.get(p, 0.0) + got[k]
 
 
-def graph_of(c, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
+def graph_of(c: Computation, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
     """A computation as the replay's graph; times from the computation's start."""
+    t0 = c.start
+    if t0 is None:
+        raise ValueError(f"{c.name or c.id}: a computation without a start has no graph to replay")
     tasks = list(c.tasks.values())
     index = {t.key: i for i, t in enumerate(tasks)}
-    t0 = c.start
     deps = [sorted({index[k] for k in t.deps if k in index}) for t in tasks]
     began = [t.exec_start if t.exec_start is not None else t.ready if t.ready is not None else t0 for t in tasks]
     # tasks made ready by one message (one update-graph: the graph's roots) reach the scheduler together;
@@ -295,17 +300,18 @@ def graph_of(c, cpu: dict[str, float], factors: dict[int, float]) -> Graph:
         for e in t.executions:
             run += max(0, e.end - e.start - e.transfer_ns) * factors.get(id(e), 1.0)
         nb = a.get("dask.task.nbytes")
+        st = stimuli[i]
         nodes.append(Node(t.key, run, deps[i], prefix=t.prefix, group=str(a.get("dask.task.group") or t.prefix),
                           nbytes=nb if isinstance(nb, int) else 0, cpu=cpu.get(t.prefix, 0.0),
                           priority=began[i] - t0,
-                          release=max(0, (first[stimuli[i]] if stimuli[i] else got[i]) - t0)))
+                          release=max(0, (first[st] if st else got[i]) - t0)))
         if t.end is not None:
             ends.append(t.end)
     tail = max(0, c.end - max(ends)) if ends and c.end is not None else 0
     return Graph(nodes, tail)
 
 
-def _ready_stimulus(t) -> str | None:
+def _ready_stimulus(t: Task) -> str | None:
     """The stimulus of the transition that made the task ready (``update-graph-...`` for a graph's roots)."""
     for x in t.transitions:
         if x[2] in ("processing", "queued", "no-worker") and x[1] in ("waiting", "released", None):
@@ -324,7 +330,7 @@ def _entry(shape: dict, predicted_ns: float, recorded_ns: float, limits: dict) -
             "limited_by": top, "limits_s": {k: round(v / NS, 6) for k, v in limits.items() if v > 0}}
 
 
-def dask_what_if(comps: list, out_comps: list[dict], shapes: list[Shape], curve: bool = False) -> dict:
+def dask_what_if(comps: list[Computation], out_comps: list[dict], shapes: list[Shape], curve: bool = False) -> dict:
     """{"entries": the run's answers (one per shape), "per_computation": [answers] aligned with comps,
     "model": the inputs, "curve": predicted time against workers (with ``curve``)}."""
     workers0, threads0 = recorded_shape(comps)
@@ -336,8 +342,9 @@ def dask_what_if(comps: list, out_comps: list[dict], shapes: list[Shape], curve:
     factors, cpu = alone_factors(comps, cpu) if threads0 > 1 else ({}, cpu)
     graphs = [graph_of(c, cpu, factors) if c.start is not None else None for c in comps]
 
-    def run_shape(w: int, th: int) -> tuple[float, list]:
-        total, per = 0.0, []
+    def run_shape(w: int, th: int) -> tuple[float, list[Replay | None]]:
+        total = 0.0
+        per: list[Replay | None] = []
         for c, g in zip(comps, graphs):
             if g is None:
                 per.append(None)
@@ -348,9 +355,10 @@ def dask_what_if(comps: list, out_comps: list[dict], shapes: list[Shape], curve:
         return total, per
 
     recorded = float(sum(c.wall_ns for c, g in zip(comps, graphs) if g is not None))
-    asked = [(s.workers, s.threads or threads0) for s in shapes]
-    entries, per_comp = [], [[] for _ in comps]
-    replays: dict[tuple[int, int], tuple] = {}
+    asked = [(s.workers, s.threads or threads0) for s in shapes if s.workers]  # attach passes Dask shapes only
+    entries = []
+    per_comp: list[list[dict]] = [[] for _ in comps]
+    replays: dict[tuple[int, int], tuple[float, list[Replay | None]]] = {}
     for w, th in [(workers0, threads0)] + asked:
         if (w, th) not in replays:
             replays[(w, th)] = run_shape(w, th)
@@ -496,14 +504,15 @@ def pool_what_if(spans: list[dict], shapes: list[Shape]) -> dict | None:
     model = {"recorded": {"processes": recorded_n, "recorded_s": round(recorded / NS, 6),
                           "replayed_s": predict(recorded_n)["predicted_s"]},
              "phases": len(phases), "gap_s": round(gap / NS, 6)}
-    return {"entries": [predict(s.processes) for s in shapes], "model": model}
+    return {"entries": [predict(s.processes) for s in shapes if s.processes],  # attach passes pool shapes only
+            "model": model}
 
 
 # -------------------------------------------------------------------------------------------------
 # the report
 
 
-def attach(out: dict, comps: list, spans: list[dict], shapes: list[Shape], curve: bool = False) -> None:
+def attach(out: dict, comps: list[Computation], spans: list[dict], shapes: list[Shape], curve: bool = False) -> None:
     """Adds ``what_if`` (one entry per shape asked, in order), ``what_if_model``, each computation's
     ``what_if`` and, with ``curve``, ``what_if_curve`` to the report dict ``out`` (docs/report.md)."""
     dask_shapes = [s for s in shapes if s.workers]

@@ -149,7 +149,7 @@ METRIC_VALUE = "dask.worker.value"  # any other unit (a user's own context_meter
 METRIC_DIGEST = "dask.worker.digest"  # a scalar key (latency, tick-duration, transfer-bandwidth, ...)
 
 
-def trace_of_group(span_id) -> int:
+def trace_of_group(span_id: object) -> int:
     """A trace id for tasks with no carrier: from Dask's own span id (a uuid), shared by scheduler and
     workers, so tasks of one Dask span still land in one trace (both sides derive it alike); random if
     there is none."""

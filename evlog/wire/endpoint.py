@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # True for a type checker only: typing is not imported here
+if TYPE_CHECKING:
+    import _socket
+
 ENV = "EVLOG_EXPORTER"  # the exporter socket's abstract name, inherited by every process of the run
 LISTEN_FD, CONTROL_FD = 3, 4  # in the exporter process: its listening socket and its control pipe
 LINGER = 1.0  # seconds, after the control pipe closed, for connected processes to send their last records
 EXIT_TIMEOUT = 5.0  # seconds the exporter process then exports (1 s once the collector has failed)
 
 
-def listen(env: dict):
+def listen(env: dict) -> tuple[str, _socket.socket]:
     """Bind a new exporter socket; returns its address (for EVLOG_EXPORTER) and the listening socket.
     Connections wait in its backlog until ``spawn`` starts the process that accepts them."""
     import _socket  # the C module: the launcher pays for nothing more
@@ -25,7 +29,7 @@ def listen(env: dict):
     return addr, listener
 
 
-def spawn(listener, env: dict, site_dir: str | None = None) -> tuple[int, int]:
+def spawn(listener: _socket.socket, env: dict, site_dir: str | None = None) -> tuple[int, int]:
     """Start the exporter process on ``listener``; returns the write end of its control pipe (close it,
     or exit, to end the exporter process) and its pid."""
     r, w = os.pipe()
