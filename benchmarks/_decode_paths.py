@@ -17,6 +17,7 @@ import time
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from evlog.data import otlp_decode as od
 
 req = ExportTraceServiceRequest()

@@ -108,7 +108,7 @@ if __name__ == "__main__":
     modes = sys.argv[1].split(",")
     pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     res = {m: [] for m in modes}
-    for r in range(pairs):
+    for _r in range(pairs):
         for m in modes:
             tp, cw, ex = run(m)
             res[m].append((tp, cw))

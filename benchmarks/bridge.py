@@ -97,9 +97,8 @@ def main() -> int:
         evlog.configure(consumers="none")
         from torch.distributed.elastic import events as tevents
 
-        from evlog.observed import boot
-        from evlog.observed import lifecycle
         from evlog.bridge import Event, otel, record_event
+        from evlog.observed import boot, lifecycle
 
         logger = otel.evlog_logger()
         torch_inst = boot.active_instrumentors()["torch_elastic"]

@@ -58,7 +58,8 @@ def machine() -> str:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError):
         mem = 0
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}, "
+            f"{platform.system()} {platform.release()}")
 
 
 def run(name: str, quick: bool, timeout: float) -> tuple[list[str], str]:
@@ -69,7 +70,8 @@ def run(name: str, quick: bool, timeout: float) -> tuple[list[str], str]:
     except subprocess.TimeoutExpired:
         return [], f"timed out after {timeout:.0f} s"
     lines = [l.strip() for l in proc.stdout.splitlines() if FIGURE.match(l.strip())]
-    status = f"{time.monotonic() - t:.0f} s" + ("" if proc.returncode == 0 else f", exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+    failed = "" if proc.returncode == 0 else f", exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
+    status = f"{time.monotonic() - t:.0f} s" + failed
     return lines, status
 
 

@@ -46,9 +46,8 @@ def main() -> None:
     import evlog
 
     compileall.compile_dir(os.path.dirname(evlog.__file__), quiet=1)
-    from evlog.launcher import SITE_DIR
-
     from evlog.data.receiver import OTLPReceiver
+    from evlog.launcher import SITE_DIR
 
     received = {"rows": 0}
 
@@ -63,16 +62,16 @@ def main() -> None:
         "evlog": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"], _env(EVLOG_RUN_DIR=f"{tmp}/r", EVLOG_SUMMARY="false")),
         "evlog-otlp": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"],
                        _env(OTEL_EXPORTER_OTLP_ENDPOINT=live, OTEL_EXPORTER_OTLP_PROTOCOL="grpc", EVLOG_SUMMARY="false")),
-        "evlog-child": ([PY, "-c", "pass"], _env(PYTHONPATH=os.pathsep.join(filter(None, [SITE_DIR, os.environ.get("PYTHONPATH")])),
-                                                 EVLOG_RUN_ID="bench", EVLOG_CONFIG_REPORTED="1",
-                                                 EVLOG_RUN_DIR=f"{tmp}/c")),
+        "evlog-child": ([PY, "-c", "pass"],
+                        _env(PYTHONPATH=os.pathsep.join(filter(None, [SITE_DIR, os.environ.get("PYTHONPATH")])),
+                             EVLOG_RUN_ID="bench", EVLOG_CONFIG_REPORTED="1", EVLOG_RUN_DIR=f"{tmp}/c")),
         "otel": ([otel, PY, "-c", "pass"],
                  _env(OTEL_PYTHON_DISTRO="distro", OTEL_PYTHON_CONFIGURATOR="configurator",
                       OTEL_TRACES_EXPORTER="otlp", OTEL_METRICS_EXPORTER="otlp", OTEL_LOGS_EXPORTER="otlp",
                       OTEL_EXPORTER_OTLP_ENDPOINT=live, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")),
     }
     times: dict[str, list[float]] = {k: [] for k in variants}
-    for name, (cmd, env) in variants.items():  # warm the page cache and .pyc files
+    for cmd, env in variants.values():  # warm the page cache and .pyc files
         _time(cmd, env)
     for _ in range(rounds):
         for name, (cmd, env) in variants.items():
@@ -94,7 +93,8 @@ def main() -> None:
     otel_added = med["otel"] - plain
     for k in ("evlog", "evlog-otlp", "evlog-child"):
         added = med[k] - plain
-        print(f"startup.added.{k}: ratio {added / otel_added:.2f} (otel +{otel_added:.3f}, evlog +{added:.3f}, s added; goal <= 0.5)")
+        print(f"startup.added.{k}: ratio {added / otel_added:.2f} (otel +{otel_added:.3f}, evlog +{added:.3f}, "
+              "s added; goal <= 0.5)")
     print(f"startup.proof: a one-span program under the evlog variants wrote {proof} traces file(s) to run folders "
           f"(expected 2); the receiver got {received['rows']} rows (expected 1 or more)")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -53,7 +53,7 @@ def task_spans(n: int, events: bool, event_worker: bool, sdk: bool = True) -> li
                        "dask.worker.address": WORKER, "evlog.run.id": "20261126T140000Z-4242"})
     scope = InstrumentationScope("evlog.dask", "0.1")
     out = []
-    for i in range(n):
+    for _i in range(n):
         key = f"inc-{random.getrandbits(128):032x}"
         t = time.time_ns()
         task_ctx = SpanContext(random.getrandbits(128), random.getrandbits(64), False, TraceFlags(1))
@@ -106,8 +106,8 @@ def main() -> None:
         stock_bytes = encode_spans(sdk_spans).SerializeToString()
         if span_encoding.encode(data) != stock_bytes:
             raise SystemExit(f"task_encoding.{name}: evlog's bytes differ from the stock encoder's")
-        stock = best(lambda: encode_spans(sdk_spans).SerializeToString(), rounds) / batch * 1e6
-        evlog = best(lambda: span_encoding.encode(data), rounds) / batch * 1e6
+        stock = best(lambda spans=sdk_spans: encode_spans(spans).SerializeToString(), rounds) / batch * 1e6
+        evlog = best(lambda spans=data: span_encoding.encode(spans), rounds) / batch * 1e6
         print(f"task_encoding.{name}: ratio {evlog / stock:.3f} (stock {stock:.1f}, evlog {evlog:.1f}, us CPU per "
               f"task; {len(stock_bytes) / batch:.0f} bytes of protobuf, batches of {batch} tasks, best of {rounds})")
 

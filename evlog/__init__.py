@@ -34,8 +34,7 @@ def configure(**overrides: object) -> bool:
     SDK is disabled). When telemetry goes to a run folder, says where on stderr (one line; not with
     summary=False).
     """
-    from evlog import config
-    from evlog import notices
+    from evlog import config, notices
     from evlog.observed import boot
 
     settings, problems = config.with_arguments(config.load(), overrides)

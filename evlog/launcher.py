@@ -51,7 +51,8 @@ def service_from_command(argv: list[str]) -> str:
 
 
 def _python_name(name: str) -> bool:
-    return name.startswith(("python", "pypy")) and all(c.isdigit() or c == "." for c in name.lstrip("pythonpy"))
+    version = name[6:] if name.startswith("python") else name[4:] if name.startswith("pypy") else None
+    return version is not None and all(c.isdigit() or c == "." for c in version)
 
 
 def _is_python(exe: str) -> bool:

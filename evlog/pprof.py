@@ -91,7 +91,7 @@ def encode(samples, sample_types, period_type, period: int, time_ns: int = 0, du
                 _int(2, s(str(v)), lb)
             _bytes(3, bytes(lb), sm)
         _bytes(2, bytes(sm), out)
-    for (name, file, line), i in functions.items():
+    for (_name, _file, line), i in functions.items():
         ln = bytearray()
         _int(1, i, ln)
         _int(2, line, ln)

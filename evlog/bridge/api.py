@@ -117,7 +117,8 @@ class OTelEventHandler(EventHandler):
                 except Exception as exc:
                     from evlog import notices
 
-                    notices.warn_once("bridge-otel-handler", f"OTelEventHandler has no OTel logger ({exc!r}); its events are dropped")
+                    notices.warn_once("bridge-otel-handler",
+                                      f"OTelEventHandler has no OTel logger ({exc!r}); its events are dropped")
                     return
             self._logger = logger
         otel.emit(logger, event.name, event.type, event.metadata, event.timestamp)

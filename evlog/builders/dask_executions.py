@@ -47,7 +47,8 @@ class Executions:
 
 
 def execute_span(rec, resource, names: dict | None = None) -> SpanData:
-    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:_TOP]  # wire.dask.Execution
+    # the fields of wire.dask.Execution, in order
+    _, key, prefix, trace_id, span_id, parent, start, stop, thread, thread_name, err, startstops, address = rec[:_TOP]
     name = names.get(prefix) if names is not None else None
     if name is None:
         name = f"dask.execute {prefix}"

@@ -25,8 +25,7 @@ from collections import deque
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog import propagation
-from evlog.builders import dask_memory
-from evlog.builders import dask_shape
+from evlog.builders import dask_memory, dask_shape
 from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
 from evlog.builders.span_data import SpanData, SpanEvent
 from evlog.wire import dask as wire

@@ -193,8 +193,15 @@ class Readings:
             changed.append(pk)
 
     def _export(self, changed: list) -> None:
-        from opentelemetry.sdk.metrics.export import (AggregationTemporality, Metric, MetricsData, NumberDataPoint,
-                                                      ResourceMetrics, ScopeMetrics, Sum)
+        from opentelemetry.sdk.metrics.export import (
+            AggregationTemporality,
+            Metric,
+            MetricsData,
+            NumberDataPoint,
+            ResourceMetrics,
+            ScopeMetrics,
+            Sum,
+        )
 
         by_metric: dict = {}
         for pk in dict.fromkeys(changed):

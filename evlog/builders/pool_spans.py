@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from opentelemetry.trace import SpanKind
 
+from evlog.builders import sdk_rebuild
 from evlog.version import __version__
 from evlog.wire import kinds
 from evlog.wire.otel import PoolTask
-from evlog.builders import sdk_rebuild
 
 KIND = kinds.POOL_TASK
 _CONSUMER = SpanKind.CONSUMER.value

@@ -13,7 +13,8 @@ block spans lines; the line parser uses ``KEY_BEGIN`` / ``KEY_END`` to drop the 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 MASK = "[REDACTED]"
 

@@ -14,15 +14,28 @@ from opentelemetry import trace
 from opentelemetry._logs import LogRecord, SeverityNumber
 from opentelemetry.sdk._logs import ReadableLogRecord
 from opentelemetry.sdk.metrics import Exemplar
-from opentelemetry.sdk.metrics.export import (AggregationTemporality, Buckets, ExponentialHistogram,
-                                              ExponentialHistogramDataPoint, Gauge, Histogram, HistogramDataPoint,
-                                              Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum)
+from opentelemetry.sdk.metrics.export import (
+    AggregationTemporality,
+    Buckets,
+    ExponentialHistogram,
+    ExponentialHistogramDataPoint,
+    Gauge,
+    Histogram,
+    HistogramDataPoint,
+    Metric,
+    MetricsData,
+    NumberDataPoint,
+    ResourceMetrics,
+    ScopeMetrics,
+    Sum,
+)
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from evlog.builders.span_data import NO_ATTRIBUTES, UNSET, SpanData, SpanEvent, SpanLink, bounded
-
-from evlog.wire.kinds import OTEL_LOG as LOG, OTEL_METRICS as METRICS, OTEL_SPAN as SPAN
+from evlog.wire.kinds import OTEL_LOG as LOG
+from evlog.wire.kinds import OTEL_METRICS as METRICS
+from evlog.wire.kinds import OTEL_SPAN as SPAN
 
 KINDS = (SPAN, LOG, METRICS)
 _FLAGS = {0: TraceFlags(0), 1: TraceFlags(1)}

@@ -42,7 +42,8 @@ import sys
 import threading
 import urllib.parse
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evlog.data import bearer
 from evlog.data.otlp_decode import SIGNALS, DecodeError, decode, decode_proto
@@ -119,7 +120,7 @@ class _ServerLog(logging.LoggerAdapter):
     HTTP/2 connection preface ("PRI * HTTP/2.0", what a gRPC exporter sends first) is told to ``notice``
     once, with what to set, and not logged (aiohttp logs a traceback per attempt)."""
 
-    def __init__(self, receiver: "OTLPReceiver"):
+    def __init__(self, receiver: OTLPReceiver):
         super().__init__(logging.getLogger("aiohttp.server"), {})
         self.receiver = receiver
         self.told = False
@@ -289,7 +290,7 @@ class OTLPReceiver:
         if self._want_http is not None:
             _probe("http", self.host, self._want_http)
 
-    def start(self, timeout: float = 10.0) -> "OTLPReceiver":
+    def start(self, timeout: float = 10.0) -> OTLPReceiver:
         """Bind and listen (gRPC and HTTP); returns once both accept connections."""
         if self._started:
             return self
@@ -326,7 +327,7 @@ class OTLPReceiver:
                 pool.shutdown(wait=False, cancel_futures=True)
         self._pool = self._grpc_pool = None
 
-    def __enter__(self) -> "OTLPReceiver":
+    def __enter__(self) -> OTLPReceiver:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

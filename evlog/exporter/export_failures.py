@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from evlog import notices
 
-
 _failing = [False]
 
 

@@ -68,8 +68,7 @@ class HostSamples:
     def send(self, reading: tuple[int, dict]) -> None:
         """One point per gauge, at the reading's time (a value that could not be read is left out), handed
         to the metrics pipeline (counted there, as every point the run exports)."""
-        from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics,
-                                                      ScopeMetrics)
+        from opentelemetry.sdk.metrics.export import Gauge, Metric, MetricsData, NumberDataPoint, ResourceMetrics, ScopeMetrics
 
         from evlog.processors.gauges import METRICS
 

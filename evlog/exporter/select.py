@@ -10,7 +10,7 @@ process as records.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from evlog import notices
 from evlog.builders.span_data import readable

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 
-from evlog import config
-from evlog import notices
+from evlog import config, notices
 from evlog.observed.import_hooks import _enter, _leave, watch, when_imported
 
 _started_pid = -1
@@ -60,8 +59,7 @@ def _start(settings, capture, ready=None) -> bool:
     config.set_current(settings)
     if settings.sdk_disabled:
         return False
-    from evlog.observed import lifecycle
-    from evlog.observed import sdk
+    from evlog.observed import lifecycle, sdk
 
     if not sdk.setup(settings):
         return False

@@ -24,9 +24,7 @@ import subprocess
 import sys
 import threading
 
-from evlog import stats
-from evlog import notices
-
+from evlog import notices, stats
 from evlog.wire import console as markers
 
 MARKS_ENV = "EVLOG_CONSOLE_MARKS"  # token:dev:ino of fd 1:dev:ino of fd 2, for children's logged marks

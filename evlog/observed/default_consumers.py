@@ -36,8 +36,7 @@ def install() -> None:
     """Install them now, if the settings name some (idempotent, never raises)."""
     try:
         from evlog import config
-        from evlog.observed import own_metrics
-        from evlog.observed import sdk
+        from evlog.observed import own_metrics, sdk
 
         settings = config.get()
         if not settings.consumers:

@@ -20,8 +20,7 @@ import signal
 import threading
 import time
 
-from evlog import stats
-from evlog import notices
+from evlog import notices, stats
 
 EXIT_TIMEOUT = float(os.environ.get("EVLOG_EXIT_TIMEOUT", "5") or 5)
 _before_flush: list = []

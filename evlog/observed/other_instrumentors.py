@@ -73,7 +73,7 @@ def scan() -> list:
         try:
             for r in (dist.requires or []) if dist else []:
                 if 'extra == "instruments"' in r.replace("'", '"'):
-                    reqs.append(re.split(r"[\s<>=!~;\[(]", r, 1)[0].lower().replace("_", "-"))
+                    reqs.append(re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower().replace("_", "-"))
         except Exception:
             pass
         modules: list[str] = []

@@ -31,7 +31,8 @@ from bisect import bisect_left
 from time import time_ns
 
 from evlog import notices
-from evlog.observed.atoms import Appender, attrs as _attrs
+from evlog.observed.atoms import Appender
+from evlog.observed.atoms import attrs as _attrs
 from evlog.wire import kinds
 
 # The SDK's default explicit bucket boundaries (its _DEFAULT_EXPLICIT_BUCKET_HISTOGRAM_AGGREGATION_BOUNDARIES),

@@ -25,7 +25,6 @@ import threading
 import time
 
 from evlog import notices
-
 from evlog.wire.profile_records import KIND, Rec, Task
 
 TOP = 3  # functions named in evlog.profile.top

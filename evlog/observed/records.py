@@ -21,8 +21,7 @@ import os
 import threading
 from collections import deque
 
-from evlog import stats
-from evlog import notices
+from evlog import notices, stats
 from evlog.wire import endpoint as _exporter
 from evlog.wire.frames import HEADER as _HEADER  # frame bytes, records in it
 

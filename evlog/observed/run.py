@@ -64,7 +64,8 @@ def prepare(settings, environ, service: str):
                 run_dir = default_run_dir(os.getcwd(), service, environ)
         except OSError as exc:
             run_dir = run_dir or os.path.join(os.getcwd(), "evlog-runs")
-            notices.warn_once(f"runfolder-{exc.errno}", f"cannot create the run folder {run_dir}: {exc.strerror or exc}; telemetry will be dropped")
+            notices.warn_once(f"runfolder-{exc.errno}", f"cannot create the run folder {run_dir}: "
+                              f"{exc.strerror or exc}; telemetry will be dropped")
         environ["EVLOG_RUN_DIR"] = run_dir
         settings = settings.with_overrides(run_dir=run_dir)
     try:

@@ -24,11 +24,8 @@ from __future__ import annotations
 import os
 import sys
 
-from evlog import stats
-from evlog import notices
-
-from evlog.observed import forkguard
-from evlog.observed import lifecycle
+from evlog import notices, stats
+from evlog.observed import forkguard, lifecycle
 from evlog.observed import resource as _resource_attrs
 from evlog.sdk_logging import route_sdk_logging
 

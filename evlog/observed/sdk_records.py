@@ -23,11 +23,11 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 from opentelemetry.sdk.trace import SpanProcessor
 
 from evlog import notices, stats
-from evlog.wire import kinds
 from evlog.observed import records
 from evlog.observed.atoms import Appender, atom
 from evlog.observed.atoms import attrs as _attrs
 from evlog.observed.atoms import copy as _copy
+from evlog.wire import kinds
 
 SPAN, LOG, METRICS = kinds.OTEL_SPAN, kinds.OTEL_LOG, kinds.OTEL_METRICS
 

@@ -78,7 +78,8 @@ class TorchElasticInstrumentor:
                 patch(module, self._sites)
             except Exception as exc:
                 notices.warn_once(f"torch-patch-{module.__name__}",
-                                  f"the torch elastic instrumentation could not patch {module.__name__} ({exc!r}); it runs uninstrumented")
+                                  f"the torch elastic instrumentation could not patch {module.__name__} ({exc!r}); "
+                                  "it runs uninstrumented")
 
         return hook
 
@@ -238,7 +239,8 @@ def _add_value(wrapped, instance, args, kwargs):
         if _metrics is None:
             from opentelemetry import metrics
 
-            from evlog.observed.torch_events.metrics import SCOPE as METER, TorchMetrics
+            from evlog.observed.torch_events.metrics import SCOPE as METER
+            from evlog.observed.torch_events.metrics import TorchMetrics
 
             _metrics = TorchMetrics(metrics.get_meter(METER))
         _metrics(instance.group_name, *_point(*args, **kwargs))

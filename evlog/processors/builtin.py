@@ -20,7 +20,6 @@ from _thread import get_ident
 from collections import deque
 
 from evlog import notices
-
 from evlog.processors.sampling import Readings, dask_state
 from evlog.processors.spans import Classifier
 

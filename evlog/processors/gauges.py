@@ -20,7 +20,9 @@ METRICS = {
     "esat": ("evlog.event.saturation", "{event}", "Open spans per category (Dagger's EventSaturation)"),
     "loadavg": ("system.cpu.load_average.1m", "{thread}", "1-minute load average of the host (Dagger's CPULoadAverages)"),
     "mem": ("evlog.memory.free_fraction", "1", "Fraction of the host's memory that is available (Dagger's MemoryFree)"),
-    "bytes": ("evlog.bytes.allocated", "By", "Bytes of task results held by this process's running Dask workers, else its resident bytes (Dagger's BytesAllocd)"),
+    "bytes": ("evlog.bytes.allocated", "By",
+              "Bytes of task results held by this process's running Dask workers, else its resident bytes "
+              "(Dagger's BytesAllocd)"),
 }
 
 

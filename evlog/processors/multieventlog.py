@@ -18,10 +18,10 @@ import os
 import threading
 import time
 from _thread import get_ident
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evlog import notices
-
 from evlog.processors.on_provider import add_span_processor, takes_span_processors
 from evlog.processors.registry import registry
 from evlog.processors.spans import Classifier, task_id, worker_of

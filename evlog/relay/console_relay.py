@@ -32,11 +32,9 @@ import os
 import select
 import time
 
-
 # The reader runs this file with ``python -S`` and starts reading at once: the wire modules are
 # standard library only (and evlog/__init__.py imports nothing at its top).
-from evlog.wire.console import (CONTROL_S, KIND, KIND_CONTEXT, KIND_EXIT, KIND_LOGGED, MarkerSplitter,
-                                marker_prefix)
+from evlog.wire.console import CONTROL_S, KIND, KIND_CONTEXT, KIND_EXIT, KIND_LOGGED, MarkerSplitter, marker_prefix
 from evlog.wire.frames import HEADER as _HEADER
 
 READ_SIZE = 1 << 18

@@ -14,9 +14,22 @@ from evlog.data.intervals import merge
 from evlog.data.panels.metadata import metadata_graphs  # the dashboard's own x-axis rules
 
 from . import groups, profile
-from .common import (MAX_LISTED, MAX_STORY, NS, STRAGGLER_MIN_COUNT, STRAGGLER_MIN_S, STRAGGLER_RATIO, dur,
-                     label, ms, pct, process_name, secs)
+from .common import (
+    MAX_LISTED,
+    MAX_STORY,
+    NS,
+    STRAGGLER_MIN_COUNT,
+    STRAGGLER_MIN_S,
+    STRAGGLER_RATIO,
+    dur,
+    label,
+    ms,
+    pct,
+    process_name,
+    secs,
+)
 from .model import Computation, Task, build, union_ns
+
 
 def analyse(spans: list[dict], logs: list[dict], source: str = "") -> dict:
     return analyse_with_model(spans, logs, source)[0]
@@ -293,7 +306,8 @@ def advice(c: dict) -> list[str]:
         share = c["critical_path_compute_share"]
         if share >= 0.5:
             top = max({r["prefix"] for r in path}, key=lambda p: sum(r["compute_s"] for r in path if r["prefix"] == p))
-            out.append(f"{name}: {pct(share)} of wall time is the critical path's compute ({len(path)} task{'s' if len(path) != 1 else ''}, "
+            tasks = f"{len(path)} task{'s' if len(path) != 1 else ''}"
+            out.append(f"{name}: {pct(share)} of wall time is the critical path's compute ({tasks}, "
                        f"mostly {top}): more workers will not help; make those tasks faster or split them")
     for p, s in c["prefixes"].items():
         total = s["compute_s"] + s["transfer_s"] + s["queued_s"]
@@ -446,7 +460,7 @@ def _stories(spans: list[dict], keys: set) -> dict:
                         "stimulus": a.get("dask.stimulus_id"), "worker": a.get("dask.worker.address") or worker,
                         "process": proc, "span": r["name"],
                         **({"message": str(a["exception.message"])} if "exception.message" in a else {})})
-    for k, lst in out.items():
+    for lst in out.values():
         lst.sort(key=lambda e: e["time"])
         del lst[MAX_STORY:]
     return out

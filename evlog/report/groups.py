@@ -205,7 +205,7 @@ def ranks(spans: list[dict], logs: list[dict]) -> dict | None:
     if not per:
         return None
     rows = []
-    for k, d in sorted(per.items(), key=lambda kv: (len(kv[0]), kv[0])):
+    for _k, d in sorted(per.items(), key=lambda kv: (len(kv[0]), kv[0])):
         rows.append({"rank": d["rank"], "local_rank": d["local_rank"], "group_rank": d["group_rank"],
                      "pids": sorted(p for p in d["pids"] if p is not None), "host": d["host"],
                      "start": _secs(d["start"]), "end": _secs(d["end"]),

@@ -363,7 +363,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
             rows_of[id(life)] = r
             lives.setdefault(key, []).append(life)
         life.executions.append(Execution(r))
-    for key, ls in lives.items():
+    for ls in lives.values():
         for t in ls:  # in start order: the last life that computed stands for the key in its computation
             if after_result(t) and any(not after_result(x) for x in ls):
                 continue  # a second life (a result released or forgotten later) never stands in for the first

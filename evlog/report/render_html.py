@@ -38,7 +38,8 @@ _JS = """
     const colors = ['#d93025','#1a73e8','#188038','#f0a800','#8e6bd6','#5b6877'];
     const opts = {title, width, height: 220, scales: {x: {time: xTime}},
       series: [{label: xTime ? 'time' : 'x'}].concat(series.map((s, i) => ({label: s.label,
-        stroke: colors[i % colors.length], width: 1.5, points: {show: false}, paths: s.step ? uPlot.paths.stepped({align: 1}) : undefined})))};
+        stroke: colors[i % colors.length], width: 1.5, points: {show: false},
+        paths: s.step ? uPlot.paths.stepped({align: 1}) : undefined})))};
     new uPlot(opts, [xs].concat(series.map(s => s.values)), el);
   }
   document.querySelectorAll('.chart[data-comp]').forEach(el => {
@@ -123,7 +124,8 @@ def _timeline(c: dict) -> str:
 def _computation(i: int, c: dict) -> str:
     out = [f'<section class="computation" id="computation-{i}" data-name="{_e(c["name"])}">',
            f"<h2>{_e(c['name'])}</h2>",
-           f'<p class="muted">{_d(c["wall_s"])} wall, {_t(c["start"])} .. {_t(c["end"])} UTC, {c["tasks"]:,} task{"s" if c["tasks"] != 1 else ""}; '
+           f'<p class="muted">{_d(c["wall_s"])} wall, {_t(c["start"])} .. {_t(c["end"])} UTC, '
+           f'{c["tasks"]:,} task{"s" if c["tasks"] != 1 else ""}; '
            f'trace {_e(c["trace_id"])}</p>']
     if c["advice"]:
         out.append('<ul class="advice">' + "".join(f"<li>{_e(a)}</li>" for a in c["advice"]) + "</ul>")

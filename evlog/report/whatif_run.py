@@ -30,8 +30,7 @@ import statistics
 from .common import NS, label
 from .groups import CHUNK_SPANS, POOL_SPANS
 from .model import Computation, Task
-from .whatif import (DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, Replay, list_schedule,
-                     replay)
+from .whatif import DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, Replay, list_schedule, replay
 
 SMALL_TRANSFER = 64 * 1024  # bytes: transfers under this measure latency, the others bandwidth
 MAX_CURVE = 16  # worker counts on the HTML page's curve
@@ -250,7 +249,7 @@ def alone_factors(comps: list[Computation], cpu: dict[str, float]) -> tuple[dict
 def _sweep(ex: list, share: dict, factors: dict, alone: dict) -> None:
     """One worker's executions: each one's time alone, at the rate of the GIL's sharing."""
     points = []
-    for k, (e, p) in enumerate(ex):
+    for k, (e, _p) in enumerate(ex):
         points.append((e.start, 1, k))
         points.append((e.end, 0, k))
     points.sort()
@@ -345,7 +344,7 @@ def dask_what_if(comps: list[Computation], out_comps: list[dict], shapes: list[S
     def run_shape(w: int, th: int) -> tuple[float, list[Replay | None]]:
         total = 0.0
         per: list[Replay | None] = []
-        for c, g in zip(comps, graphs):
+        for _c, g in zip(comps, graphs):
             if g is None:
                 per.append(None)
                 continue

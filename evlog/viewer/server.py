@@ -28,7 +28,8 @@ import math
 import os
 import sqlite3
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evlog.data import bearer
 from evlog.data.panels.console import console

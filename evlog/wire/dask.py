@@ -16,8 +16,9 @@ tasks in the batch)``.
 Kind ``dask.worker`` (WORKER), from a worker (``address`` is the worker's):
 - an execution: ``(EXECUTE, key, prefix, trace_id, span_id, parent, start, stop, thread id, thread name,
   error, startstops, address, top)``; parent: ``(trace_id, span_id, trace flags, tracestate header or
-  None)`` of the client call's span, or None; error: ``(text, traceback)`` or None; startstops: Dask's other startstops of that run,
-  ``(action, start, stop, source)`` with times in seconds on this machine's clock; top: the task's
+  None)`` of the client call's span, or None; error: ``(text, traceback)`` or None; startstops: Dask's
+  other startstops of that run, ``(action, start, stop, source)`` with times in seconds on this
+  machine's clock; top: the task's
   ``evlog.profile.top`` (evlog/observed/profiler.py) or None;
 - a transfer: ``(TRANSFER, source worker, keys, bytes, parent, start, stop, ok, outcome, address)``.
 

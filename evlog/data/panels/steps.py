@@ -9,9 +9,9 @@ per worker so a cluster of many threads stays readable).
 """
 from __future__ import annotations
 
-from evlog.data.intervals import merge
-
 import collections
+
+from evlog.data.intervals import merge
 
 MAX_POINTS = 20_000  # per series: above, the steps are kept at the edges of equal time buckets
 DENSE_STEPS = 600   # a worker with more task starts and ends than this ...

@@ -5,7 +5,8 @@ Called from the one writer thread (writer.Ingestor); a mixin of Store, whose con
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from evlog.data import otlp_decode
 

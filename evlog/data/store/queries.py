@@ -68,7 +68,8 @@ class Queries:
         return {
             "spans": spans, "span_events": span_events, "events": events, "logs": logs,
             "metric_points": points, "processes": processes, "exporters": exporters, "hosts": hosts, "traces": traces,
-            "tasks": tasks, "computations": computations, "start": min(starts) if starts else None, "end": max(ends) if ends else None,
+            "tasks": tasks, "computations": computations,
+            "start": min(starts) if starts else None, "end": max(ends) if ends else None,
         }
 
     def process_count(self) -> tuple[int, int]:

@@ -84,7 +84,7 @@ class Store(Ingest, Queries):
                 self._readers.append(conn)
         return conn
 
-    def scoped(self, run: str | None) -> "Store":
+    def scoped(self, run: str | None) -> Store:
         """This store's read side narrowed to one run: every query of the returned store sees only the
         rows of that run's processes (temp views named like the tables shadow them on connections of its
         own, so no query needs to know). ``None``: this store, whole."""

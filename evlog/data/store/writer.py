@@ -6,7 +6,7 @@ import collections
 import sqlite3
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from evlog.data.receiver import Backpressure
 

@@ -21,7 +21,6 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from evlog import notices, propagation
-
 from evlog.observed.dask import context as dc
 from evlog.observed.dask import spans as ds
 

@@ -33,7 +33,6 @@ from contextvars import ContextVar
 from inspect import iscoroutinefunction
 
 from evlog import notices
-
 from evlog.observed.dask.spans import CARRIER  # the annotation key on the wire
 
 _sending: ContextVar = ContextVar("evlog_dask_sending", default=None)  # client: the graph's carrier

@@ -34,14 +34,12 @@ from evlog import notices
 from evlog.observed import events
 from evlog.observed.dask.roles import roles
 
-
 # ---- construction hooks -------------------------------------------------------------------------
 
 def _scheduler_init(wrapped, instance, args, kwargs):
     wrapped(*args, **kwargs)
     try:
         from evlog import config
-
         from evlog.observed.dask import context as dask_context
         from evlog.observed.dask import scheduler as sched
 
@@ -89,7 +87,7 @@ def _log_event(wrapped, instance, args, kwargs):
     return result
 
 
-_workers: "weakref.WeakSet" = weakref.WeakSet()
+_workers: weakref.WeakSet = weakref.WeakSet()
 
 
 def _patches() -> list:
@@ -133,10 +131,7 @@ def _start_threads() -> None:
     distributed runs tasks or sends them). None of this builds the OTel SDK: evlog's Dask telemetry is
     records and its own instruments (own_metrics), so a process whose program makes no telemetry of its
     own imports no ``opentelemetry.sdk``."""
-    from evlog.observed import default_consumers
-    from evlog.observed import own_metrics
-    from evlog.observed import profiler
-    from evlog.observed import records
+    from evlog.observed import default_consumers, own_metrics, profiler, records
 
     try:
         records.channel().start()
@@ -220,7 +215,6 @@ class DaskInstrumentor:
         events.remove_flusher(_drain_all)
         _ignore_in_computation_code(False)
         from evlog.observed import records
-
         from evlog.observed.dask import context as dask_context
         from evlog.observed.dask import scheduler as dask_scheduler
         from evlog.observed.dask import worker as dask_worker

@@ -30,16 +30,14 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from opentelemetry.trace import SpanKind
 
 from evlog import notices, propagation
-from evlog.observed import events
-from evlog.observed import records
-
+from evlog.observed import events, records
 from evlog.observed.dask import context as dc
 from evlog.observed.dask import readings as dask_readings
 from evlog.observed.dask import shape as dask_shape
-from evlog.wire import dask as wire
 from evlog.observed.dask import spans as ds
+from evlog.wire import dask as wire
 
-_live: "weakref.WeakSet[SchedulerRecorder]" = weakref.WeakSet()
+_live: weakref.WeakSet[SchedulerRecorder] = weakref.WeakSet()
 _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 

@@ -1,7 +1,8 @@
 """Ids and trace context shared by the Dask scheduler, worker and client sides (in observed processes).
 
 The spans themselves are built in the run's exporter process (evlog/builders/dask_lives.py for the
-scheduler's task lives, dask_executions.py for the workers' executions and transfers); what is left here is what a process needs to
+scheduler's task lives, dask_executions.py for the workers' executions and transfers); what is left here is what a
+process needs to
 make a task's span context before its span exists: the task's execute span is current while the task
 runs, and its ids travel in the records.
 """

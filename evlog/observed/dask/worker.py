@@ -30,13 +30,12 @@ from opentelemetry.trace import NonRecordingSpan
 
 from evlog import notices
 from evlog.observed import records
-from evlog.processors.registry import registry as _registry
-
 from evlog.observed.dask import context as dc
-from evlog.wire import dask as dx
 from evlog.observed.dask import spans as ds
 from evlog.observed.profiler import dask_enter as _profile_enter  # the task profiler (which thread runs which span)
 from evlog.observed.profiler import leave as _profile_leave
+from evlog.processors.registry import registry as _registry
+from evlog.wire import dask as dx
 
 _attach, _detach = _ctx.attach, _ctx.detach
 _in_context = _trace.set_span_in_context
@@ -288,7 +287,7 @@ def _observe_transfer_bytes(options):
 
 # ---- attaching to a Worker, without a plugin ----------------------------------------------------
 
-_recorders: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Worker -> its WorkerRecorder
+_recorders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Worker -> its WorkerRecorder
 
 
 def attach(worker) -> WorkerRecorder:
@@ -356,7 +355,8 @@ def run_task(wrapped, instance, args, kwargs):
         ts, sc, parent, token, n0 = _begin(rec, worker, key)
         delay = worker.scheduler_delay
         live = rec.started(key, ts, sc)
-        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None  # the profiler samples this thread as this task's
+        # the profiler samples this thread as this task's
+        prof = _profile_enter(sc, ts.prefix, _getframe()) if ts is not None else None
     except Exception as exc:
         notices.warn_once("dask-execute", f"a Dask task runs without its span: {exc!r}")
         return wrapped(*args, **kwargs)

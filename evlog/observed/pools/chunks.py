@@ -30,7 +30,6 @@ from operator import itemgetter, length_hint
 from time import perf_counter_ns as _clock
 
 from evlog import notices
-
 from evlog.observed.pools import context as _context
 from evlog.observed.pools.context import Task
 

@@ -39,7 +39,6 @@ from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.trace import Status, StatusCode
 
 from evlog import notices, propagation
-
 from evlog.observed.pools import taskspan as _taskspan
 
 # evlog.pool.kind -> (span name prefix, instrumentation scope, chunk span name prefix)

@@ -23,10 +23,8 @@ from __future__ import annotations
 import wrapt
 from opentelemetry.instrumentation.utils import unwrap
 
-from evlog import config
-from evlog import notices
+from evlog import config, notices
 from evlog.observed.import_hooks import when_imported
-
 from evlog.observed.pools import chunks as _chunks
 from evlog.observed.pools import context as _context
 from evlog.observed.pools.threads import ThreadsInstrumentor

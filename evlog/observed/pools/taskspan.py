@@ -23,15 +23,14 @@ from time import time_ns as _time_ns
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind
 
-from evlog.wire import kinds
 from evlog.observed import records
 from evlog.observed.own_spans import RecordedSpan
 from evlog.observed.own_spans import consumers as _consumers
 from evlog.observed.own_spans import decide as _decide
-
-from evlog.wire.profile_records import Task as _Task  # the task profiler
 from evlog.observed.profiler import enter as _profile_enter
 from evlog.observed.profiler import leave_span as _profile_leave
+from evlog.wire import kinds
+from evlog.wire.profile_records import Task as _Task  # the task profiler
 
 _POOL = _Task.POOL.value
 _getframe = sys._getframe

@@ -19,7 +19,6 @@ from opentelemetry import context as _ctx
 from opentelemetry.instrumentation.utils import unwrap
 
 from evlog import notices
-
 from evlog.observed.pools.context import is_machinery
 
 _ATTR = "_evlog_context"

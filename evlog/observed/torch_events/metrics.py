@@ -12,8 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from evlog import stats
-from evlog import notices
+from evlog import notices, stats
 
 SCOPE = "evlog.torch_elastic"
 _COUNTED = frozenset({"success", "failure", "count", "total", "unknown", "init", "healthy", "unhealthy",
@@ -71,5 +70,6 @@ class TorchMetrics:
         except Exception:
             stats.incr("torchelastic.metric_not_a_number")
             notices.warn_once(f"torch-metric-{group}.{name}",
-                              f"torchelastic metric {group}.{name} got a value that is not a number ({value!r}); such points are skipped and counted")
+                              f"torchelastic metric {group}.{name} got a value that is not a number ({value!r}); "
+                              "such points are skipped and counted")
             return None

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from evlog import notices
-
 from evlog.observed.log_body import body, key
 
 SCOPE = "evlog.bridge"
@@ -78,5 +77,6 @@ def _ns(timestamp_ms: Any) -> int | None:
     try:
         return int(timestamp_ms * 1_000_000)
     except Exception:
-        notices.warn_once("bridge-timestamp", f"an event timestamp is not a number of milliseconds ({timestamp_ms!r}); the time of recording is used")
+        notices.warn_once("bridge-timestamp", f"an event timestamp is not a number of milliseconds ({timestamp_ms!r}); "
+                          "the time of recording is used")
         return None
