@@ -11,12 +11,9 @@ import re
 
 import pytest
 
-from test_dashboard_browser import click_element
+from helpers import NEEDS_CHROMIUM, click_element, no_exceptions, open_page, viewed
 
-import test_dashboard_gantt
-
-browser = test_dashboard_gantt.browser  # the fixture: a headless chromium page per test
-pytestmark = test_dashboard_gantt.pytestmark  # browser, slow, skipped without chromium
+pytestmark = NEEDS_CHROMIUM
 
 APP = r'''
 import time
@@ -38,15 +35,11 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
-    from test_dashboard_gantt import viewed
-
     with viewed(tmp_path_factory.mktemp("plots"), APP) as url:
         yield url
 
 
 def _open(browser, url: str) -> None:
-    from test_dashboard_gantt import open_page
-
     open_page(browser, url)
     browser.wait_js("Object.keys(EV.plotRanges()).length >= 2", what="the plots")
 
@@ -207,7 +200,7 @@ def test_memory_per_worker_is_dasks_managed_unmanaged_and_spilled(view, browser)
     legend = browser.js("Array.from(document.querySelectorAll('[data-plot=\"dask.worker.memory\"] .legend span'))"
                         ".map(s => s.textContent)")
     assert legend == ["managed", "unmanaged", "spilled"]
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_the_worker_selector_and_legends_list_each_worker_once(view, browser):
@@ -230,7 +223,7 @@ def test_the_worker_selector_and_legends_list_each_worker_once(view, browser):
     lanes = browser.wait_js(f"EV.gantt.data.lanes.every(l => l.worker === {workers[1]!r}) && EV.gantt.data.lanes",
                             what="the Gantt of one worker")
     assert len(lanes) == 2 and browser.js("EV.gantt.data.bars.length") > 0
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_the_gantts_hover_names_the_task_key(view, browser):
@@ -263,4 +256,4 @@ def test_axis_labels_are_distinct_and_the_report_follows_the_clock_at_once(view,
     assert browser.js("window.reportObject === EV.report")  # drawn again from the same analysis
     assert browser.js("EV.clock(EV.report.start)") in after
     browser.js("document.getElementById('clock').click()")
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)

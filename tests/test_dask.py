@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, wait_for_scheduler_file
 from helpers import start_instrumented as _start
 from helpers import stop_processes as _stop
 from receiver import CollectingReceiver
@@ -303,10 +302,7 @@ def cli(tmp_path_factory):
     common = ["--scheduler-file", sched_file, "--host", "127.0.0.1", "--dashboard-address", ":0"]
     procs = [_start([DASK, "scheduler", "--port", "0"] + common, env, log)]
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(sched_file):
-            assert procs[0].poll() is None and time.monotonic() < deadline, (tmp / "cluster.log").read_text()
-            time.sleep(0.1)
+        wait_for_scheduler_file(sched_file, procs[0], tmp / "cluster.log")
         for name in ("w1", "w2"):
             procs.append(_start([DASK, "worker", "--nthreads", "1", "--name", name] + common, env, log))
         out = _output(run_instrumented([PYTHON, _write(tmp, "client.py", CLI_CLIENT), sched_file, str(tmp / "marker")],
