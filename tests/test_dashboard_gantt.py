@@ -616,7 +616,7 @@ if __name__ == "__main__":
             leaves = [dask.delayed(step)(i, dask_key_name=f"leaf{call}-{i}") for i in range(40)]
             mids = [dask.delayed(step)(i, *leaves[i::4], dask_key_name=f"mid{call}-{i}") for i in range(4)]
             dask.delayed(step)(call, *mids, dask_key_name=f"top{call}").compute()
-            time.sleep(0.3)
+            time.sleep(0.3)  # the program's pause between client calls
 '''
 
 

@@ -1,10 +1,11 @@
 """The dashboard's plots and clock in headless chromium, on a real Dask run (2 worker processes x 2
-threads, tasks of 0.3 s that overlap, their results held a while) shown by `evlog view`: worker and
-processor saturation are step functions from the task spans (above 0 while tasks run, reaching the busy
-threads, never more), one small chart per worker; the plots share the Gantt's time range and zoom, which
-opens on the tasks' range with a control for the whole run; bytes held is a step function of the results
-in memory; memory per worker is Dask's own managed, unmanaged and spilled figures; axis labels are
-readable wall-clock times at any zoom, and one clock (UTC or local) serves the page, the report included."""
+threads, tasks of 0.3 s that overlap, their results held until the scheduler has sampled its workers'
+memory) shown by `evlog view`: worker and processor saturation are step functions from the task spans
+(above 0 while tasks run, reaching the busy threads, never more), one small chart per worker; the plots
+share the Gantt's time range and zoom, which opens on the tasks' range with a control for the whole run;
+bytes held is a step function of the results in memory; memory per worker is Dask's own managed,
+unmanaged and spilled figures; axis labels are readable wall-clock times at any zoom, and one clock (UTC
+or local) serves the page, the report included."""
 from __future__ import annotations
 
 import re
@@ -18,6 +19,7 @@ pytestmark = NEEDS_CHROMIUM
 APP = r'''
 import time
 from dask.distributed import Client, LocalCluster
+from opentelemetry import metrics
 
 def nap(x):
     time.sleep(0.3)
@@ -29,7 +31,7 @@ if __name__ == "__main__":
         client.wait_for_workers(2)
         futures = client.map(nap, range(16))
         print(sum(map(len, client.gather(futures))))
-        time.sleep(1.5)  # the results held: the scheduler's memory samples see them (each second)
+        metrics.get_meter_provider().force_flush()  # a sample of the workers' memory while the results are held
 '''
 
 

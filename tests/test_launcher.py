@@ -110,7 +110,7 @@ def test_sigterm_flushes_spans_and_passes_the_signal_through(tmp_path):
         with tracer.start_as_current_span(f"before-term"):
             pass
     print("ready", flush=True)
-    time.sleep(60)
+    time.sleep(60)  # still running when the SIGTERM comes
     """
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)],

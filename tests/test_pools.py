@@ -471,7 +471,7 @@ def quick(_):
 
 def hang(path):
     open(path, "w").close()
-    time.sleep(120)
+    time.sleep(120)  # a task still running when the pool is terminated
 
 if __name__ == "__main__":
     flag = sys.argv[1]
