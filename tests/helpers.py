@@ -569,8 +569,6 @@ def click_bar(browser, where: str) -> None:
 
 def shoot(browser, selectors: list[str], path: str) -> None:
     """A screenshot of the page from the top of the first element to the bottom of the last."""
-    import base64
-
     r = browser.js(f"""(() => {{ const a = document.querySelector({json.dumps(selectors[0])}).getBoundingClientRect(),
         b = document.querySelector({json.dumps(selectors[-1])}).getBoundingClientRect();
         return {{x: 0, y: a.top + scrollY - 6, width: document.documentElement.clientWidth,
@@ -580,8 +578,6 @@ def shoot(browser, selectors: list[str], path: str) -> None:
         f.write(base64.b64decode(data))
     docs = os.environ.get("EVLOG_DOCS_SCREENSHOTS")  # docs/dashboard.md's pictures, taken again when set
     if docs and os.path.basename(path).startswith("dashboard-"):
-        import shutil
-
         shutil.copy(path, os.path.join(docs, os.path.basename(path)))
 
 
