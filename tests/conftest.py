@@ -1,5 +1,5 @@
-"""Shared fixtures: a real OTLP receiver on loopback (gRPC and HTTP), see tests/receiver.py; every test
-runs in a temporary folder."""
+"""Shared fixtures: a real OTLP receiver on loopback (gRPC and HTTP), see tests/receiver.py; a headless
+chromium page (tests/helpers.py's Browser); every test runs in a temporary folder."""
 from __future__ import annotations
 
 import os
@@ -17,6 +17,19 @@ def otlp_receiver():
         yield r
     finally:
         r.stop()
+
+
+@pytest.fixture
+def browser():
+    """A headless chromium page (helpers.Browser), closed afterwards; a browser test's module is marked
+    with helpers.NEEDS_CHROMIUM."""
+    from helpers import Browser
+
+    b = Browser()
+    try:
+        yield b
+    finally:
+        b.close()
 
 
 @pytest.fixture(scope="session", autouse=True)

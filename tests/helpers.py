@@ -1,16 +1,30 @@
-"""Helpers for tests: run programs under evlog-instrument, read a run folder back as flat rows, parse a
-run folder's line with the stock protobuf JSON parser."""
+"""Helpers for tests: run programs under evlog-instrument, wait for what they do, read a run folder back as
+flat rows, parse a run folder's line with the stock protobuf JSON parser; `evlog serve` and `evlog view`
+run as a user runs them, and the headless chromium that opens their dashboard; the programs several test
+modules run. (Shared pytest fixtures are in conftest.py.)"""
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import glob
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
+import threading
 import time
+import urllib.error
+import urllib.request
+from typing import Callable
+
+import pytest
 
 PYTHON = sys.executable
 
@@ -84,16 +98,18 @@ def run_app(tmp, app: str, timeout: float = 240, **env) -> tuple[subprocess.Comp
     return proc, str(folder)
 
 
-def wait_until(fn, timeout: float = 30.0):
-    """Poll ``fn()`` every 0.1 s until it returns something truthy (returned), for ``timeout`` s at most."""
+def wait_until(fn, timeout: float = 30.0, what: str | Callable[[], str] = "", interval: float = 0.1):
+    """Poll ``fn()`` every ``interval`` s until it returns something truthy (returned), for ``timeout`` s at
+    most; then fail naming ``what`` was awaited (a string, or a callable giving one then) and ``fn``'s last value."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         last = fn()
         if last:
             return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s; last {last!r}")
+        time.sleep(interval)
+    what = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout} s" + (f" waiting for {what}" if what else "") + f"; last {last!r}")
 
 
 def read_run_folder(path: str) -> dict:
@@ -163,3 +179,527 @@ def gzip_run_folder(src: str, dst: str, per: int = 3, cut: bool = True) -> dict[
             f.write(b"".join(members))
         out[target] = members
     return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_scheduler_file(path: str, scheduler: subprocess.Popen, log, timeout: float = 60) -> None:
+    """Wait until a `dask scheduler` started with ``--scheduler-file path`` has written it; fail with its
+    ``log`` (a path) if it exits first."""
+    def written():
+        assert scheduler.poll() is None, open(log, errors="replace").read()
+        return os.path.exists(path)
+
+    wait_until(written, timeout, f"the scheduler file {path}")
+
+
+# ---------------------------------------------------------------------------------------------
+# `evlog serve` and `evlog view`, as a user runs them
+
+
+class Serve:
+    """`python -m evlog.cli serve` on free loopback ports; stopped with SIGTERM."""
+
+    def __init__(self, db: str, *extra: str, grpc: int | None = None, http: int | None = None):
+        self.db = db
+        self.grpc = grpc or free_port()
+        self.http = http or free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "evlog.cli", "serve", "--db", db, "--grpc-port", str(self.grpc),
+             "--http-port", str(self.http), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"evlog serve exited: {self.out} {self.proc.stderr.read()}")
+            self.out.append(line)
+            if "dashboard at" in line:
+                self.url = re.search(r"(http://\S+/)", line).group(1)
+                return
+        self.proc.kill()
+        raise AssertionError("evlog serve did not start in 60 s")
+
+    def get(self, path: str, headers: dict | None = None):
+        req = urllib.request.Request(self.url + path, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=15) as r:
+            return json.loads(r.read())
+
+    def post(self, path: str, body: bytes, ctype: str) -> tuple[int, bytes]:
+        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=body, method="POST",
+                                     headers={"Content-Type": ctype})
+        try:
+            with urllib.request.urlopen(req, timeout=15) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait(self, pred, timeout: float = 30.0, what: str = ""):
+        return wait_until(pred, timeout, what, interval=0.05)
+
+    def spans(self) -> int:
+        return self.get("api/overview")["summary"]["spans"]
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                out, err = self.proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                out, err = self.proc.communicate(timeout=10)
+                raise AssertionError("evlog serve did not stop on SIGTERM")
+            self.out.append(out)
+            assert self.proc.returncode == 0, err
+        return "".join(self.out)
+
+
+class ServeProcess:
+    """`python -m evlog.cli serve` on free loopback ports with its own --db; stderr kept in a file.
+
+    ``stop()`` sends SIGTERM and returns (stdout, stderr); it fails the test if the server had died,
+    did not stop, or exited with an error.
+    """
+
+    def __init__(self, tmp_path, *extra: str):
+        self.db = str(tmp_path / "evlog.sqlite")
+        self.grpc = free_port()
+        self.http = free_port()
+        self._err_path = tmp_path / "serve.stderr"
+        self._err = open(self._err_path, "wb")
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "evlog.cli", "serve", "--db", self.db, "--grpc-port", str(self.grpc),
+             "--http-port", str(self.http), *extra],
+            stdout=subprocess.PIPE, stderr=self._err, stdin=subprocess.DEVNULL, text=True)
+        self.out: list[str] = []
+        self.url = f"http://127.0.0.1:{self.http}/"
+        timer = threading.Timer(90, self.proc.kill)  # bounds the readline below
+        timer.start()
+        try:
+            while True:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise AssertionError(f"evlog serve exited before it was ready: {self.out} {self.stderr()}")
+                self.out.append(line)
+                if "dashboard at" in line:
+                    break
+        finally:
+            timer.cancel()
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.grpc}"
+
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.http}"
+
+    def stderr(self) -> str:
+        return self._err_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def get(self, path: str, timeout: float = 30) -> dict:
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
+            assert r.status == 200, (path, r.status)
+            return json.loads(r.read())
+
+    def overview(self) -> dict:
+        return self.get("api/overview")
+
+    def wait_for(self, pred, timeout: float = 60.0, what: str = ""):
+        """Poll the server until ``pred(overview)`` is truthy (bounded); returns its value."""
+        last = [{}]
+
+        def got():
+            last[0] = self.overview()
+            return pred(last[0])
+
+        return wait_until(got, timeout, lambda: f"{what} in evlog serve; last overview "
+                          f"{json.dumps(last[0].get('summary'))} {json.dumps(last[0].get('receiver'))}")
+
+    def stop(self) -> tuple[str, str]:
+        try:
+            assert self.alive(), f"evlog serve died: exit {self.proc.returncode}\n{self.stderr()}"
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                out, _ = self.proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate(timeout=30)
+                raise AssertionError("evlog serve did not stop on SIGTERM") from None
+            assert self.proc.returncode == 0, f"evlog serve exited {self.proc.returncode}\n{self.stderr()}"
+            return "".join(self.out) + out, self.stderr()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(30)
+            self._err.close()
+
+
+def start_view(path: str, *extra: str):
+    """`python -m evlog.cli view path *extra`, once it says where its dashboard is: (process, URL)."""
+    proc = subprocess.Popen([sys.executable, "-m", "evlog.cli", "view", path, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"dashboard at (http://\S+/)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError(f"evlog view did not start: {lines} {proc.stderr.read()}")
+
+
+def stop_view(proc) -> str:
+    """SIGINT, as Ctrl+C; it must stop, with exit code 0. Returns its stderr."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+        raise AssertionError("evlog view did not stop on SIGINT")
+    assert proc.returncode == 0, err
+    return err
+
+
+@contextlib.contextmanager
+def viewed(tmp, app: str, **env: str):
+    """The run folder of ``app`` run under evlog-instrument (``env``: settings), shown by `evlog view`: its URL."""
+    _proc, folder = run_app(tmp, app, **env)
+    proc, url = start_view(folder, "--no-follow")
+    try:
+        yield url
+    finally:
+        stop_view(proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# the dashboard in a real browser: Debian's headless chromium, driven over the Chrome DevTools protocol
+# (a websocket, through aiohttp, which the viewer already needs: no driver, no extra package)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
+#: the marks of a module of browser tests: skipped where chromium is not installed
+NEEDS_CHROMIUM = [
+    pytest.mark.browser, pytest.mark.slow,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"),
+]
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-dev-shm-usage", "--window-size=1280,2000",
+]
+
+
+class Browser:
+    """A headless chromium and one page, driven synchronously over the DevTools protocol."""
+
+    def __init__(self, timeout: float = 30.0):
+        self.timeout = timeout
+        self.profile = tempfile.mkdtemp(prefix="evlog-chromium-")
+        self.proc = subprocess.Popen(
+            [CHROMIUM, *CHROMIUM_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._id = 0
+        self._pending: dict[int, asyncio.Future] = {}
+        self.console: list[str] = []
+        try:
+            port = self._devtools_port()
+            self._call(self._connect(port))
+            self.cmd("Page.enable")
+            self.cmd("Runtime.enable")
+        except BaseException:
+            self.close()
+            raise
+
+    def _devtools_port(self) -> int:
+        path = os.path.join(self.profile, "DevToolsActivePort")
+
+        def port():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"chromium exited with {self.proc.returncode}")
+            try:
+                with open(path) as f:
+                    first = f.readline().strip()
+            except OSError:
+                return None
+            return int(first) if first else None
+
+        return wait_until(port, self.timeout, "chromium's DevTools port", interval=0.05)
+
+    async def _connect(self, port: int) -> None:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
+                pages = [t for t in await r.json() if t.get("type") == "page"]
+            if pages or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        self.ws = await self.session.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0)
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            fut = self._pending.pop(data.get("id"), None)
+            if fut is not None and not fut.done():
+                fut.set_result(data)
+            elif data.get("method") == "Runtime.consoleAPICalled":
+                args = data["params"]["args"]
+                self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
+            elif data.get("method") == "Runtime.exceptionThrown":
+                self.console.append("EXCEPTION " + json.dumps(data["params"]["exceptionDetails"])[:500])
+
+    async def _send(self, method: str, params: dict) -> dict:
+        self._id += 1
+        fut = self.loop.create_future()
+        self._pending[self._id] = fut
+        await self.ws.send_str(json.dumps({"id": self._id, "method": method, "params": params}))
+        return await asyncio.wait_for(fut, self.timeout)
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.timeout + 5)
+
+    def cmd(self, method: str, **params) -> dict:
+        r = self._call(self._send(method, params))
+        if "error" in r:
+            raise RuntimeError(f"{method}: {r['error']}")
+        return r.get("result", {})
+
+    def goto(self, url: str) -> None:
+        self.cmd("Page.navigate", url=url)
+
+    def js(self, expression: str):
+        r = self.cmd("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"JS error in {expression!r}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def wait_js(self, expression: str, timeout: float = 30.0, what: str = ""):
+        """Poll a JS expression until truthy (bounded); returns its value."""
+        last = [None]
+
+        def value():
+            try:
+                last[0] = self.js(expression)
+            except RuntimeError as e:  # e.g. what it reads is not on the page yet
+                last[0] = e
+                return None
+            return last[0]
+
+        return wait_until(value, timeout, lambda: f"{what or expression} (last {last[0]!r}; "
+                          f"console: {self.console[-10:]})")
+
+    def click(self, x: float, y: float) -> None:
+        """A real mouse click at page coordinates (viewport)."""
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            self.cmd("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def screenshot(self, path: str) -> None:
+        data = self.cmd("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            if hasattr(self, "ws"):
+                self._call(self.ws.close())
+                self._call(self.session.close())
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def element_center(browser, selector: str) -> dict:
+    """{x, y} of the element's middle, once scrolled into view and two frames drawn: a mouse event sent
+    right after a scroll can be hit-tested against the old scroll position and get lost."""
+    return browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
+                      "e.scrollIntoView({block: 'center', inline: 'center'}); "
+                      "return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => {"
+                      "const r = e.getBoundingClientRect(); ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
+
+
+def click_element(browser, selector: str) -> None:
+    """A real click in the middle of the element (see element_center)."""
+    c = element_center(browser, selector)
+    browser.click(c["x"], c["y"])
+
+
+def open_page(browser, url: str) -> None:
+    """Open the dashboard at ``url``; wait for its first refresh and its first Gantt bars."""
+    browser.goto(url)
+    browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", what="the first refresh")
+    browser.wait_js("+document.getElementById('gantt').getAttribute('data-bars') > 0", what="Gantt bars")
+
+
+def click_bar(browser, where: str) -> None:
+    """Click the middle of the first Gantt bar for which the JS expression ``where`` (of b) holds."""
+    i = browser.js(f"EV.gantt.data.bars.findIndex(b => {where})")
+    assert i >= 0, where
+    # after the scroll, two frames drawn: a mouse event sent at once can be hit-tested at the old position
+    c = browser.js(f"document.getElementById('gantt').scrollIntoView({{block: 'center'}}); new Promise(ok => "
+                   f"requestAnimationFrame(() => requestAnimationFrame(() => ok(EV.gantt.barCenter({i})))))")
+    browser.click(c["x"], c["y"])
+
+
+def shoot(browser, selectors: list[str], path: str) -> None:
+    """A screenshot of the page from the top of the first element to the bottom of the last."""
+    r = browser.js(f"""(() => {{ const a = document.querySelector({json.dumps(selectors[0])}).getBoundingClientRect(),
+        b = document.querySelector({json.dumps(selectors[-1])}).getBoundingClientRect();
+        return {{x: 0, y: a.top + scrollY - 6, width: document.documentElement.clientWidth,
+                 height: b.bottom - a.top + 12, scale: 1}}; }})()""")
+    data = browser.cmd("Page.captureScreenshot", format="png", clip=r, captureBeyondViewport=True)["data"]
+    with open(path, "wb") as f:
+        f.write(base64.b64decode(data))
+    docs = os.environ.get("EVLOG_DOCS_SCREENSHOTS")  # docs/dashboard.md's pictures, taken again when set
+    if docs and os.path.basename(path).startswith("dashboard-"):
+        shutil.copy(path, os.path.join(docs, os.path.basename(path)))
+
+
+def no_exceptions(browser) -> None:
+    """The page threw no script error."""
+    assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
+
+
+# ---------------------------------------------------------------------------------------------
+# programs that several test modules run
+
+# `evlog report`'s graphs whose answers are known: a chain of 0.4 s tasks and a final task are the critical
+# path, `work-17` the straggler, `boom-0` fails with ValueError, consume-* read an input held on the other
+# worker (tests/test_report.py, the dashboard's report panel in tests/test_dashboard_gantt.py)
+REPORT_APP = r'''
+import json
+import time
+
+import dask
+from distributed import Client, LocalCluster
+
+
+def chain(x, d):
+    time.sleep(d)
+    return x + 1
+
+
+def short(i):
+    time.sleep(0.01)
+    return i
+
+
+def final(*xs):
+    return sum(xs)
+
+
+def work(i):
+    time.sleep(0.6 if i == 17 else 0.03)
+    return i
+
+
+def boom(x):
+    raise ValueError(f"bad input {x}")
+
+
+def consume(data):
+    return len(data)
+
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        # 1. a chain of long tasks beside many short ones, all feeding one final task
+        c = 0
+        for i in range(4):
+            c = dask.delayed(chain)(c, 0.4, dask_key_name=f"chain-{i}")
+        shorts = [dask.delayed(short)(i, dask_key_name=f"short-{i}") for i in range(30)]
+        print(dask.delayed(final)(c, *shorts, dask_key_name="final-0").compute())
+        # 2. one task of 40 twenty times slower than the others
+        print(sum(client.gather(client.map(work, range(40), key=[f"work-{i}" for i in range(40)]))))
+        # 3. a failing task
+        try:
+            client.submit(boom, 42, key="boom-0").result()
+        except ValueError as e:
+            print("failed:", e)
+        # 4. the input on one worker, the tasks restricted to the other
+        a, b = sorted(client.scheduler_info()["workers"])
+        data = client.scatter([b"x" * 20_000_000], workers=[a])[0]
+        futs = [client.submit(consume, data, key=f"consume-{i}", workers=[b], allow_other_workers=False)
+                for i in range(2)]
+        print(sum(client.gather(futs)))
+        print(json.dumps({"holder": a, "consumer": b}), flush=True)
+        for step in range(5):
+            print(json.dumps({"epoch": step, "loss": 1.0 / (step + 1)}), flush=True)
+'''
+
+# the task profile's program: tasks.py (PROFILE_TASKS, on the PYTHONPATH) with one hot function per prefix, and
+# a Dask run of them (tests/test_profile.py, the flame graphs in tests/test_dashboard_profile.py)
+PROFILE_TASKS = r'''
+def slow_parse_inner(text):
+    total = 0
+    for _ in range(1000):
+        for ch in text:
+            total += ord(ch) % 7
+    return total
+
+
+def parse(i):
+    return slow_parse_inner("x" * 3000 + str(i))
+
+
+def crunch_numbers(n):
+    acc = 0
+    for i in range(n):
+        acc = (acc * 31 + i) % 1000003
+    return acc
+
+
+def crunch(i):
+    return crunch_numbers(2_000_000 + i)
+'''
+
+PROFILE_DASK_APP = r'''
+import json, os, sys, threading
+from distributed import Client, LocalCluster
+from tasks import crunch, parse
+
+def threads():
+    return sorted(t.name for t in threading.enumerate())
+
+def own_samples():
+    from evlog.observed import profiler
+    return profiler.stats().get("samples", 0)
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+        a = client.gather(client.map(parse, range(n)))
+        b = client.gather(client.map(crunch, range(n)))
+        workers = client.run(threads)
+        print(json.dumps({"parse": len(a), "crunch": len(b), "worker_threads": list(workers.values()),
+                          "worker_pids": list(client.run(os.getpid).values()), "own_threads": threads(),
+                          "own_samples": own_samples()}), flush=True)
+'''

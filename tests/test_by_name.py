@@ -3,6 +3,7 @@ Dask, a process pool or a fork Pool runs (evlog/observed/by_name.py): the progra
 and its spans nest under the task spans."""
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -91,20 +92,28 @@ def test_module_level_tracers_and_meters_work_in_tasks(tmp_path, mode):
 
 def test_a_tracer_meter_and_counter_pickle_by_name_and_come_back_as_this_processs_own(tmp_path):
     code = """
-    import pickle
+    import json, pickle
     from opentelemetry import metrics, trace, _logs
     tracer = trace.get_tracer("mod", "1.0")
     meter = metrics.get_meter("mod")
     counter = meter.create_counter("c", unit="1", description="d")
     hist = meter.create_histogram("h", explicit_bucket_boundaries_advisory=[1.0, 2.0])
     logger = _logs.get_logger("mod")
-    for obj in (tracer, meter, counter, hist, logger):
-        back = pickle.loads(pickle.dumps(obj))
-        assert type(back.__wrapped__) is type(obj.__wrapped__), (obj, back)
-    assert pickle.loads(pickle.dumps(counter)).__wrapped__ is counter.__wrapped__  # the SDK's own, as registered
+    kind = lambda obj: type(obj.__wrapped__).__module__ + "." + type(obj.__wrapped__).__qualname__
+    found = {}  # what each wraps, here and back from a pickle
+    for name, obj in (("tracer", tracer), ("meter", meter), ("counter", counter), ("histogram", hist),
+                      ("logger", logger)):
+        found[name] = [kind(obj), kind(pickle.loads(pickle.dumps(obj)))]
+    found["the same counter"] = pickle.loads(pickle.dumps(counter)).__wrapped__ is counter.__wrapped__
     with pickle.loads(pickle.dumps(tracer)).start_as_current_span("after") as span:
-        assert span.is_recording()
-    print("ok")
+        found["recording"] = span.is_recording()
+    print(json.dumps(found))
     """
     proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run", EVLOG_SUMMARY="false"))
-    assert proc.stdout == b"ok\n", proc.stderr.decode()[-2000:]
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    found = json.loads(proc.stdout)
+    for name in ("tracer", "meter", "counter", "histogram", "logger"):
+        here, back = found[name]
+        assert back == here, (name, found)
+    assert found["the same counter"], found  # the SDK's own, as registered
+    assert found["recording"], found

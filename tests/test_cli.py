@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from synthetic_run import MS, T0, log, logs_request, make_run, resource, span, traces_request, write_lines
 
 from evlog import cli
-from helpers import evlog_env, run_instrumented, wait_until
+from helpers import evlog_env, run_instrumented, start_view, stop_view, wait_until
 
 
 def run_cli(capsys, *argv):
@@ -264,38 +262,9 @@ def _get(url: str, timeout: float = 10.0):
         return json.loads(r.read())
 
 
-def _start_view(path: str, *extra: str):
-    proc = subprocess.Popen([sys.executable, "-m", "evlog.cli", "view", path, *extra], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    lines = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"dashboard at (http://\S+/)", line)
-        if m:
-            return proc, m.group(1)
-    proc.kill()
-    raise AssertionError(f"evlog view did not start: {lines} {proc.stderr.read()}")
-
-
-def _stop(proc) -> str:
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        _, err = proc.communicate(timeout=10)
-        raise AssertionError("evlog view did not stop on SIGINT")
-    assert proc.returncode == 0, err
-    return err
-
-
 def test_view_serves_the_dashboard_and_follows_a_growing_run(run):
     path, info = run
-    proc, url = _start_view(path, "--port", "0")
+    proc, url = start_view(path, "--port", "0")
     try:
         assert url.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(url, timeout=10) as r:
@@ -316,12 +285,12 @@ def test_view_serves_the_dashboard_and_follows_a_growing_run(run):
         wait_until(lambda: _get(url + "api/overview")["summary"]["spans"] == 64)
         assert "tcp://127.0.0.1:49999" in _get(url + "api/overview")["workers"]
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 def test_view_with_a_token_asks_for_it(run):
     path, _ = run
-    proc, url = _start_view(path, "--token", "s3cret")
+    proc, url = start_view(path, "--token", "s3cret")
     try:
         with pytest.raises(urllib.error.HTTPError) as e:
             _get(url + "api/overview")
@@ -333,7 +302,7 @@ def test_view_with_a_token_asks_for_it(run):
         with urllib.request.urlopen(url, timeout=10) as r:  # the page itself loads, then asks
             assert "token-dialog" in r.read().decode()
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 @pytest.mark.parametrize("command", ["serve", "view"])

@@ -363,6 +363,7 @@ def test_lines_carry_the_trace_context_of_the_current_span(otlp_receiver):
 
 EXITS = {
     "nonzero": ("import sys\nsys.exit(3)", 3),
+    # its own SIGTERM ends it in the sleep
     "sigterm": ("import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(30)", 128 + signal.SIGTERM),
     "os._exit": ("import os\nos._exit(0)", 0),
     "sigkill": ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", 128 + signal.SIGKILL),

@@ -8,167 +8,13 @@ saying so). Marked browser and slow: CI installs chromium (.ci/run); here it is 
 """
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
 import time
+import urllib.request
 
-import pytest
+from helpers import NEEDS_CHROMIUM, Serve, click_element, start_view, stop_view, wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or "/usr/bin/chromium"
-CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1280,2000",
-]
-
-
-class Browser:
-    """A headless chromium and one page, driven synchronously over the DevTools protocol."""
-
-    def __init__(self, timeout: float = 30.0):
-        self.timeout = timeout
-        self.profile = tempfile.mkdtemp(prefix="evlog-chromium-")
-        self.proc = subprocess.Popen(
-            [CHROMIUM, *CHROMIUM_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self._id = 0
-        self._pending: dict[int, asyncio.Future] = {}
-        self.console: list[str] = []
-        try:
-            port = self._devtools_port()
-            self._call(self._connect(port))
-            self.cmd("Page.enable")
-            self.cmd("Runtime.enable")
-        except BaseException:
-            self.close()
-            raise
-
-    def _devtools_port(self) -> int:
-        path = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self.proc.returncode}")
-            try:
-                with open(path) as f:
-                    first = f.readline().strip()
-                if first:
-                    return int(first)
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise TimeoutError("chromium did not open its DevTools port")
-
-    async def _connect(self, port: int) -> None:
-        import aiohttp
-
-        self.session = aiohttp.ClientSession()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
-                pages = [t for t in await r.json() if t.get("type") == "page"]
-            if pages or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        self.ws = await self.session.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0)
-        self.reader = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        async for msg in self.ws:
-            data = json.loads(msg.data)
-            fut = self._pending.pop(data.get("id"), None)
-            if fut is not None and not fut.done():
-                fut.set_result(data)
-            elif data.get("method") == "Runtime.consoleAPICalled":
-                args = data["params"]["args"]
-                self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
-            elif data.get("method") == "Runtime.exceptionThrown":
-                self.console.append("EXCEPTION " + json.dumps(data["params"]["exceptionDetails"])[:500])
-
-    async def _send(self, method: str, params: dict) -> dict:
-        self._id += 1
-        fut = self.loop.create_future()
-        self._pending[self._id] = fut
-        await self.ws.send_str(json.dumps({"id": self._id, "method": method, "params": params}))
-        return await asyncio.wait_for(fut, self.timeout)
-
-    def _call(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(self.timeout + 5)
-
-    def cmd(self, method: str, **params) -> dict:
-        r = self._call(self._send(method, params))
-        if "error" in r:
-            raise RuntimeError(f"{method}: {r['error']}")
-        return r.get("result", {})
-
-    def goto(self, url: str) -> None:
-        self.cmd("Page.navigate", url=url)
-
-    def js(self, expression: str):
-        r = self.cmd("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            raise RuntimeError(f"JS error in {expression!r}: {r['exceptionDetails']}")
-        return r["result"].get("value")
-
-    def wait_js(self, expression: str, timeout: float = 30.0, what: str = ""):
-        """Poll a JS expression until truthy (bounded); returns its value."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.js(expression)
-            except RuntimeError as e:
-                last = e
-            if last and not isinstance(last, Exception):
-                return last
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what or expression}: last {last!r}; "
-                             f"console: {self.console[-10:]}")
-
-    def click(self, x: float, y: float) -> None:
-        """A real mouse click at page coordinates (viewport)."""
-        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.cmd("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
-
-    def screenshot(self, path: str) -> None:
-        data = self.cmd("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-
-    def close(self) -> None:
-        try:
-            if hasattr(self, "ws"):
-                self._call(self.ws.close())
-                self._call(self.session.close())
-        except Exception:
-            pass
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.profile, ignore_errors=True)
-
-
-# -------------------------------------------------------------------------------------------------
-# the tests
-
-pytestmark = [
-    pytest.mark.browser, pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"),
-]
+pytestmark = NEEDS_CHROMIUM
 
 DASK_APP = r'''
 import json
@@ -199,15 +45,6 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.fixture
-def browser():
-    b = Browser()
-    try:
-        yield b
-    finally:
-        b.close()
-
-
 def run_dask_app(tmp_path, serve) -> None:
     from helpers import PYTHON, evlog_env, run_instrumented
 
@@ -220,8 +57,6 @@ def run_dask_app(tmp_path, serve) -> None:
 
 
 def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
-    from test_serve import Serve
-
     db = str(tmp_path / "evlog.sqlite")
     serve = Serve(db)
     try:
@@ -298,28 +133,12 @@ def test_dashboard_shows_a_dask_run_and_follows_it_live(tmp_path, browser):
     assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
 
 
-def element_center(browser, selector: str) -> dict:
-    """{x, y} of the element's middle, once scrolled into view and two frames drawn: a mouse event sent
-    right after a scroll can be hit-tested against the old scroll position and get lost."""
-    return browser.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); "
-                      "e.scrollIntoView({block: 'center', inline: 'center'}); "
-                      "return new Promise(ok => requestAnimationFrame(() => requestAnimationFrame(() => {"
-                      "const r = e.getBoundingClientRect(); ok({x: r.left + r.width / 2, y: r.top + r.height / 2}); }))); })()")
-
-
-def click_element(browser, selector: str) -> None:
-    """A real click in the middle of the element (see element_center)."""
-    c = element_center(browser, selector)
-    browser.click(c["x"], c["y"])
-
-
 def test_the_page_asks_for_the_token(tmp_path, browser):
     from synthetic_run import make_run
-    from test_cli import _start_view, _stop
 
     folder = str(tmp_path / "run")
     make_run(folder, n_tasks=20)
-    proc, url = _start_view(folder, "--token", "open-sesame")
+    proc, url = start_view(folder, "--token", "open-sesame")
     try:
         browser.goto(url)
         browser.wait_js("!document.getElementById('token-dialog').hidden", what="the token dialog")
@@ -334,17 +153,16 @@ def test_the_page_asks_for_the_token(tmp_path, browser):
         assert int(browser.js("document.getElementById('gantt').getAttribute('data-bars')")) == 20
         browser.wait_js("document.getElementById('status').textContent === 'live'", what="live updates with the token")
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 def test_the_page_takes_the_token_once_from_its_url(tmp_path, browser):
     """``/?token=`` signs the browser in (an HttpOnly cookie) and leaves the address bar without the token."""
     from synthetic_run import make_run
-    from test_cli import _start_view, _stop
 
     folder = str(tmp_path / "run")
     make_run(folder, n_tasks=20)
-    proc, url = _start_view(folder, "--token", "open-sesame")
+    proc, url = start_view(folder, "--token", "open-sesame")
     try:
         browser.goto(url + "?token=open-sesame")
         browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", what="the dashboard by the cookie")
@@ -354,7 +172,7 @@ def test_the_page_takes_the_token_once_from_its_url(tmp_path, browser):
         assert browser.js("document.cookie") == ""  # HttpOnly: the page's scripts never see it
         assert browser.js("sessionStorage.getItem('evlog-token')") is None
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 def send_spans(serve, n: int, run: str = "") -> None:
@@ -373,20 +191,16 @@ def send_spans(serve, n: int, run: str = "") -> None:
 
 def test_a_run_of_100000_task_spans_renders_aggregated(tmp_path, browser):
     from synthetic_run import make_run
-    from test_cli import _start_view, _stop
 
     folder = str(tmp_path / "big")
     make_run(folder, n_tasks=100_000, n_workers=4, metadata=50, scheduler=False, gauge_ms=500)
-    proc, url = _start_view(folder)
+    proc, url = start_view(folder)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:  # `evlog view` reads the folder in the background
-            with __import__("urllib.request").request.urlopen(url + "api/overview", timeout=30) as r:
-                if json.loads(r.read())["summary"]["spans"] == 100_000:
-                    break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the run folder was not read within 240 s")
+        def spans_read():  # `evlog view` reads the folder in the background
+            with urllib.request.urlopen(url + "api/overview", timeout=30) as r:
+                return json.loads(r.read())["summary"]["spans"]
+
+        wait_until(lambda: spans_read() == 100_000, 240, "the run folder read whole", interval=0.5)
         t0 = time.monotonic()
         browser.goto(url)
         browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", timeout=120, what="the first refresh")
@@ -405,4 +219,4 @@ def test_a_run_of_100000_task_spans_renders_aggregated(tmp_path, browser):
                         what="single bars after zooming in")
         assert int(browser.js("document.getElementById('gantt').getAttribute('data-bars')")) > 100
     finally:
-        _stop(proc)
+        stop_view(proc)

@@ -1,8 +1,8 @@
 """The dashboard's Gantt, task story, task graph and report panel in headless chromium, on real Dask
 runs (2 worker processes x 2 threads) under evlog-instrument, shown by `evlog view`:
 
-- the program of tests/test_report.py, whose answers are known (a chain of 0.4 s tasks and a final
-  task are the critical path, `work-17` the straggler, `boom-0` fails with ValueError);
+- the program of tests/test_report.py (helpers.REPORT_APP), whose answers are known (a chain of 0.4 s
+  tasks and a final task are the critical path, `work-17` the straggler, `boom-0` fails with ValueError);
 - 23,008 tasks, most of a few µs and 8 of 0.2 s: the aggregated Gantt must show where the short ones ran;
 - a process pool's 30 calls, one slow and one failing;
 - 400 short tasks whose worker's estimate of the scheduler's clock offset (``Worker.scheduler_delay``,
@@ -11,22 +11,16 @@ runs (2 worker processes x 2 threads) under evlog-instrument, shown by `evlog vi
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 
 import pytest
 
-import test_dashboard_browser
-from test_dashboard_browser import CHROMIUM, click_element
+from helpers import (NEEDS_CHROMIUM, REPORT_APP, click_bar, click_element, element_center, no_exceptions, open_page,
+                     run_app, shoot, start_view, stop_view, viewed, wait_until)
 
-browser = test_dashboard_browser.browser  # the fixture: a headless chromium page per test
-
-pytestmark = [
-    pytest.mark.browser, pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)"),
-]
+pytestmark = NEEDS_CHROMIUM
 
 SKEW_APP = r'''
 import time
@@ -83,80 +77,15 @@ if __name__ == "__main__":
 '''
 
 
-def _run(tmp, app: str, timeout: float = 240, **env: str) -> str:
-    from helpers import PYTHON, evlog_env, run_instrumented
-
-    (tmp / "app.py").write_text(app)
-    run_dir = tmp / "run"
-    p = run_instrumented([PYTHON, str(tmp / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run_dir), **env), cwd=str(tmp),
-                         timeout=timeout)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
-    return str(run_dir)
-
-
-@contextlib.contextmanager
-def viewed(tmp, app: str, **env: str):
-    """The run folder of ``app`` run under evlog-instrument (``env``: settings), shown by `evlog view`: its URL."""
-    from test_cli import _start_view, _stop
-
-    proc, url = _start_view(_run(tmp, app, **env), "--no-follow")
-    try:
-        yield url
-    finally:
-        _stop(proc)
-
-
 @pytest.fixture(scope="module")
 def report_view(tmp_path_factory):
-    from test_report import APP
-
-    with viewed(tmp_path_factory.mktemp("gantt-report"), APP) as url:
+    with viewed(tmp_path_factory.mktemp("gantt-report"), REPORT_APP) as url:
         yield url
-
-
-def open_page(browser, url: str) -> None:
-    browser.goto(url)
-    browser.wait_js("document.body.getAttribute('data-refreshes') >= 1", what="the first refresh")
-    browser.wait_js("+document.getElementById('gantt').getAttribute('data-bars') > 0", what="Gantt bars")
-
-
-def click_bar(browser, where: str) -> None:
-    """Click the middle of the first Gantt bar for which the JS expression ``where`` (of b) holds."""
-    i = browser.js(f"EV.gantt.data.bars.findIndex(b => {where})")
-    assert i >= 0, where
-    # after the scroll, two frames drawn: a mouse event sent at once can be hit-tested at the old position
-    c = browser.js(f"document.getElementById('gantt').scrollIntoView({{block: 'center'}}); new Promise(ok => "
-                   f"requestAnimationFrame(() => requestAnimationFrame(() => ok(EV.gantt.barCenter({i})))))")
-    browser.click(c["x"], c["y"])
-
-
-def shoot(browser, selectors: list[str], path: str) -> None:
-    """A screenshot of the page from the top of the first element to the bottom of the last."""
-    import base64
-
-    r = browser.js(f"""(() => {{ const a = document.querySelector({json.dumps(selectors[0])}).getBoundingClientRect(),
-        b = document.querySelector({json.dumps(selectors[-1])}).getBoundingClientRect();
-        return {{x: 0, y: a.top + scrollY - 6, width: document.documentElement.clientWidth,
-                 height: b.bottom - a.top + 12, scale: 1}}; }})()""")
-    data = browser.cmd("Page.captureScreenshot", format="png", clip=r, captureBeyondViewport=True)["data"]
-    with open(path, "wb") as f:
-        f.write(base64.b64decode(data))
-    docs = os.environ.get("EVLOG_DOCS_SCREENSHOTS")  # docs/dashboard.md's pictures, taken again when set
-    if docs and os.path.basename(path).startswith("dashboard-"):
-        import shutil
-
-        shutil.copy(path, os.path.join(docs, os.path.basename(path)))
-
-
-def no_exceptions(browser) -> None:
-    assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
 
 
 def test_a_2_worker_2_thread_run_has_4_task_rows(tmp_path, browser):
-    from test_cli import _start_view, _stop
-
-    folder = _run(tmp_path, SKEW_APP)
-    proc, url = _start_view(folder, "--no-follow")
+    folder = run_app(tmp_path, SKEW_APP)[1]
+    proc, url = start_view(folder, "--no-follow")
     try:
         open_page(browser, url)
         assert browser.js("EV.gantt.data.total") == 400
@@ -176,7 +105,7 @@ def test_a_2_worker_2_thread_run_has_4_task_rows(tmp_path, browser):
         assert max(v or 0 for s in ws["series"] for v in s["values"]) == 2
         assert max(v or 0 for s in ps["series"] for v in s["values"]) == 100
     finally:
-        _stop(proc)
+        stop_view(proc)
     no_exceptions(browser)
 
 
@@ -294,7 +223,7 @@ def test_dag_labels_show_prefix_and_short_key_and_a_tasks_edges_on_hover(report_
     assert browser.js("EV.shortKey('inc-0123456789abcdef0123456789abcdef', 'inc')") == "…abcdef"
     # the final task's 31 dependencies (chain-3 and the 30 short tasks): drawn in full while the pointer is on it
     assert browser.js("document.querySelectorAll('#dag .edge.hot').length") == 0
-    c = test_dashboard_browser.element_center(browser, '#dag .node[data-key="final-0"] rect')
+    c = element_center(browser, '#dag .node[data-key="final-0"] rect')
     browser.cmd("Input.dispatchMouseEvent", type="mouseMoved", x=c["x"], y=c["y"])
     assert browser.wait_js("document.querySelectorAll('#dag .edge.hot').length") == 31
     browser.screenshot(str(tmp_path / "dag-hover.png"))
@@ -314,25 +243,19 @@ def test_the_report_api_is_evlog_reports_json(report_view):
 @pytest.fixture(scope="module")
 def many_view(tmp_path_factory):
     """MANY_APP's run (23,008 executions) shown by `evlog view`, once read whole: its URL."""
-    import time
     import urllib.request
 
-    from test_cli import _start_view, _stop
-
-    folder = _run(tmp_path_factory.mktemp("many"), MANY_APP, timeout=480)
-    proc, url = _start_view(folder, "--no-follow")
+    folder = run_app(tmp_path_factory.mktemp("many"), MANY_APP, timeout=480)[1]
+    proc, url = start_view(folder, "--no-follow")
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:  # `evlog view` reads the folder in the background
+        def executions_read():  # `evlog view` reads the folder in the background
             with urllib.request.urlopen(url + "api/gantt", timeout=60) as r:
-                if json.loads(r.read())["total"] == 23_008:
-                    break
-            time.sleep(0.5)
-        else:
-            raise AssertionError("the run folder was not read within 240 s")
+                return json.loads(r.read())["total"]
+
+        wait_until(lambda: executions_read() == 23_008, 240, "the run folder read whole", interval=0.5)
         yield url
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 def test_the_aggregated_gantt_shades_each_bin_by_its_busy_share(many_view, browser, tmp_path):
@@ -391,10 +314,8 @@ def test_saturation_of_short_tasks_agrees_with_the_reports_utilisation(many_view
 
 
 def test_a_pool_runs_report_links_its_straggler_and_failure_to_their_stories(tmp_path, browser):
-    from test_cli import _start_view, _stop
-
-    folder = _run(tmp_path, POOL_APP)
-    proc, url = _start_view(folder, "--no-follow")
+    folder = run_app(tmp_path, POOL_APP)[1]
+    proc, url = start_view(folder, "--no-follow")
     try:
         open_page(browser, url)
         browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
@@ -407,7 +328,7 @@ def test_a_pool_runs_report_links_its_straggler_and_failure_to_their_stories(tmp
         assert "'three'" in browser.js("document.querySelector('#task-body .exc-message').textContent")
         assert "in f" in browser.js("document.querySelector('#task-body pre.stacktrace').textContent")
     finally:
-        _stop(proc)
+        stop_view(proc)
     no_exceptions(browser)
 
 
@@ -450,14 +371,12 @@ if __name__ == "__main__":
 @pytest.fixture(scope="module")
 def idle_run(tmp_path_factory):
     """IDLE_APP's run folder and `evlog view` of it: (folder, URL)."""
-    from test_cli import _start_view, _stop
-
-    folder = _run(tmp_path_factory.mktemp("idle"), IDLE_APP)
-    proc, url = _start_view(folder, "--no-follow")
+    folder = run_app(tmp_path_factory.mktemp("idle"), IDLE_APP)[1]
+    proc, url = start_view(folder, "--no-follow")
     try:
         yield folder, url
     finally:
-        _stop(proc)
+        stop_view(proc)
 
 
 def _ink_at(browser, t0: float, t1: float, aggregated: bool = False) -> tuple[str, list]:
@@ -653,12 +572,10 @@ def test_a_folder_being_read_says_how_far_and_the_report_waits_for_the_whole(tmp
     says how much of it is read, of how much, and the report panel waits; once read, both say so."""
     from helpers import gzip_run_folder
     from synthetic_run import make_run
-    from test_cli import _start_view, _stop
-
     make_run(str(tmp_path / "plain"), n_tasks=40_000, batch=200, gauge_ms=200)
     folder = str(tmp_path / "run")
     total = sum(len(b) for m in gzip_run_folder(str(tmp_path / "plain"), folder, per=3).values() for b in m)
-    proc, url = _start_view(folder)  # following the folder, as for a live run
+    proc, url = start_view(folder)  # following the folder, as for a live run
     try:
         loading = _get(url + "api/overview")["receiver"]["loading"]
         assert loading["state"] == "loading" and loading["total"] == total and loading["read"] < total
@@ -679,7 +596,7 @@ def test_a_folder_being_read_says_how_far_and_the_report_waits_for_the_whole(tmp
         loading = _get(url + "api/overview")["receiver"]["loading"]
         assert loading["read"] == loading["total"] == total and loading["pending_rows"] == 0
     finally:
-        _stop(proc)
+        stop_view(proc)
     no_exceptions(browser)
 
 
@@ -699,7 +616,7 @@ if __name__ == "__main__":
             leaves = [dask.delayed(step)(i, dask_key_name=f"leaf{call}-{i}") for i in range(40)]
             mids = [dask.delayed(step)(i, *leaves[i::4], dask_key_name=f"mid{call}-{i}") for i in range(4)]
             dask.delayed(step)(call, *mids, dask_key_name=f"top{call}").compute()
-            time.sleep(0.3)
+            time.sleep(0.3)  # the program's pause between client calls
 '''
 
 
@@ -711,7 +628,7 @@ def test_the_report_panel_of_a_run_cut_short_analyses_whole_computations_only(tm
     from evlog.data.store import Store
     from evlog.viewer.report_panel import dashboard_report
 
-    full = _run(tmp_path, CALLS_APP)
+    full = run_app(tmp_path, CALLS_APP)[1]
     whole = dashboard_report(_load(full), "full")
     assert not whole["partial"] and whole["left_out"] == {}
     tasks = {c["name"]: c["tasks"] for c in whole["computations"]}

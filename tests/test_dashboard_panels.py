@@ -9,10 +9,9 @@ import json
 
 import pytest
 
-import test_dashboard_gantt
+from helpers import NEEDS_CHROMIUM, Serve, no_exceptions, open_page, viewed
 
-browser = test_dashboard_gantt.browser  # the fixture: a headless chromium page per test
-pytestmark = test_dashboard_gantt.pytestmark  # browser, slow, skipped without chromium
+pytestmark = NEEDS_CHROMIUM
 
 APP = r'''
 import json, sys
@@ -40,8 +39,6 @@ if __name__ == "__main__":
 
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
-    from test_dashboard_gantt import viewed
-
     with viewed(tmp_path_factory.mktemp("panels"), APP, EVLOG_CAPTURE="enabled") as url:
         yield url
 
@@ -56,7 +53,7 @@ def _search(browser, text: str) -> None:
 
 
 def test_console_text_appears_searchable_and_logs_are_counted(view, browser):
-    test_dashboard_gantt.open_page(browser, view)
+    open_page(browser, view)
     browser.wait_js("!document.getElementById('console-section').hidden", what="the console panel")
     lines = _lines(browser)
     for text in ("starting the job", "epoch 0 done", "epoch 2 done", "finished", "warning: almost out of cake"):
@@ -79,7 +76,7 @@ def test_console_text_appears_searchable_and_logs_are_counted(view, browser):
         s.value = Array.from(s.options).find(o => o.textContent.includes('· stderr')).value;
         s.dispatchEvent(new Event('change')); })()""")
     browser.wait_js("document.querySelectorAll('#console-lines .line.stdout').length === 0", what="stderr only")
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 PROGRESS = """document.querySelectorAll('#progress .progress-row').length > 0 &&
@@ -95,7 +92,7 @@ def _progress(browser, what: str) -> dict:
 
 
 def test_progress_per_prefix_matches_the_run(view, browser):
-    test_dashboard_gantt.open_page(browser, view)
+    open_page(browser, view)
     rows = _progress(browser, "the progress bars")
     assert {p: {k: v[:2] for k, v in st.items()} for p, st in rows.items()} == \
         {"inc": {"memory": [20, 20]}, "bad": {"erred": [3, 3]}}, rows
@@ -125,8 +122,6 @@ if __name__ == "__main__":
 
 
 def test_two_runs_on_one_serve_are_shown_one_at_a_time_or_side_by_side(tmp_path, browser):
-    from test_serve import Serve
-
     serve = Serve(str(tmp_path / "evlog.sqlite"))
     try:
         _run_to(serve, tmp_path, "first", APP)
@@ -186,7 +181,7 @@ def test_two_runs_on_one_serve_are_shown_one_at_a_time_or_side_by_side(tmp_path,
         browser.wait_js(f"{frame % 0}.EV.tz === 'utc' && document.body.dataset.clock === 'utc'", what="all back to UTC")
     finally:
         serve.stop()
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 MIDRUN_APP = r'''
@@ -219,7 +214,6 @@ def test_progress_mid_run_is_each_prefixs_tasks_by_state_against_its_total(tmp_p
     import subprocess
 
     from helpers import PYTHON, evlog_env
-    from test_serve import Serve
 
     serve = Serve(str(tmp_path / "evlog.sqlite"))
     (tmp_path / "app.py").write_text(MIDRUN_APP)
@@ -254,4 +248,4 @@ def test_progress_mid_run_is_each_prefixs_tasks_by_state_against_its_total(tmp_p
             os.killpg(app.pid, signal.SIGKILL)
             app.communicate()
         serve.stop()
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)

@@ -1,26 +1,25 @@
 """The dashboard's plots and clock in headless chromium, on a real Dask run (2 worker processes x 2
-threads, tasks of 0.3 s that overlap, their results held a while) shown by `evlog view`: worker and
-processor saturation are step functions from the task spans (above 0 while tasks run, reaching the busy
-threads, never more), one small chart per worker; the plots share the Gantt's time range and zoom, which
-opens on the tasks' range with a control for the whole run; bytes held is a step function of the results
-in memory; memory per worker is Dask's own managed, unmanaged and spilled figures; axis labels are
-readable wall-clock times at any zoom, and one clock (UTC or local) serves the page, the report included."""
+threads, tasks of 0.3 s that overlap, their results held until the scheduler has sampled its workers'
+memory) shown by `evlog view`: worker and processor saturation are step functions from the task spans
+(above 0 while tasks run, reaching the busy threads, never more), one small chart per worker; the plots
+share the Gantt's time range and zoom, which opens on the tasks' range with a control for the whole run;
+bytes held is a step function of the results in memory; memory per worker is Dask's own managed,
+unmanaged and spilled figures; axis labels are readable wall-clock times at any zoom, and one clock (UTC
+or local) serves the page, the report included."""
 from __future__ import annotations
 
 import re
 
 import pytest
 
-from test_dashboard_browser import click_element
+from helpers import NEEDS_CHROMIUM, click_element, no_exceptions, open_page, viewed
 
-import test_dashboard_gantt
-
-browser = test_dashboard_gantt.browser  # the fixture: a headless chromium page per test
-pytestmark = test_dashboard_gantt.pytestmark  # browser, slow, skipped without chromium
+pytestmark = NEEDS_CHROMIUM
 
 APP = r'''
 import time
 from dask.distributed import Client, LocalCluster
+from opentelemetry import metrics
 
 def nap(x):
     time.sleep(0.3)
@@ -32,21 +31,17 @@ if __name__ == "__main__":
         client.wait_for_workers(2)
         futures = client.map(nap, range(16))
         print(sum(map(len, client.gather(futures))))
-        time.sleep(1.5)  # the results held: the scheduler's memory samples see them (each second)
+        metrics.get_meter_provider().force_flush()  # a sample of the workers' memory while the results are held
 '''
 
 
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
-    from test_dashboard_gantt import viewed
-
     with viewed(tmp_path_factory.mktemp("plots"), APP) as url:
         yield url
 
 
 def _open(browser, url: str) -> None:
-    from test_dashboard_gantt import open_page
-
     open_page(browser, url)
     browser.wait_js("Object.keys(EV.plotRanges()).length >= 2", what="the plots")
 
@@ -207,7 +202,7 @@ def test_memory_per_worker_is_dasks_managed_unmanaged_and_spilled(view, browser)
     legend = browser.js("Array.from(document.querySelectorAll('[data-plot=\"dask.worker.memory\"] .legend span'))"
                         ".map(s => s.textContent)")
     assert legend == ["managed", "unmanaged", "spilled"]
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_the_worker_selector_and_legends_list_each_worker_once(view, browser):
@@ -230,7 +225,7 @@ def test_the_worker_selector_and_legends_list_each_worker_once(view, browser):
     lanes = browser.wait_js(f"EV.gantt.data.lanes.every(l => l.worker === {workers[1]!r}) && EV.gantt.data.lanes",
                             what="the Gantt of one worker")
     assert len(lanes) == 2 and browser.js("EV.gantt.data.bars.length") > 0
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_the_gantts_hover_names_the_task_key(view, browser):
@@ -263,4 +258,4 @@ def test_axis_labels_are_distinct_and_the_report_follows_the_clock_at_once(view,
     assert browser.js("window.reportObject === EV.report")  # drawn again from the same analysis
     assert browser.js("EV.clock(EV.report.start)") in after
     browser.js("document.getElementById('clock').click()")
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)

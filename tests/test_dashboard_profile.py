@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-import test_dashboard_gantt
-from test_dashboard_browser import click_element
-from test_profile import DASK_APP, TASKS
+from helpers import (NEEDS_CHROMIUM, PROFILE_DASK_APP, PROFILE_TASKS, click_bar, click_element, no_exceptions, open_page,
+                     viewed)
 
-browser = test_dashboard_gantt.browser  # the fixture: a headless chromium page per test
-pytestmark = test_dashboard_gantt.pytestmark  # browser, slow, skipped without chromium
+pytestmark = NEEDS_CHROMIUM
 
 
 @pytest.fixture(scope="module")
 def view(tmp_path_factory):
-    from test_dashboard_gantt import viewed
-
     tmp = tmp_path_factory.mktemp("profile-view")
-    (tmp / "tasks.py").write_text(TASKS)
-    with viewed(tmp, DASK_APP, PYTHONPATH=str(tmp)) as url:
+    (tmp / "tasks.py").write_text(PROFILE_TASKS)
+    with viewed(tmp, PROFILE_DASK_APP, PYTHONPATH=str(tmp)) as url:
         yield url
 
 
@@ -32,7 +28,7 @@ def _samples(note: str) -> int:
 
 
 def test_the_flame_graph_of_each_prefix_draws_its_hottest_function(view, browser):
-    test_dashboard_gantt.open_page(browser, view)
+    open_page(browser, view)
     browser.wait_js("!document.getElementById('profile-section').hidden && "
                     "document.querySelectorAll('#flame svg rect').length > 2", what="the flame graph")
     labels = browser.js("Array.from(document.querySelectorAll('#profile-labels button')).map(b => b.dataset.label)")
@@ -47,11 +43,11 @@ def test_the_flame_graph_of_each_prefix_draws_its_hottest_function(view, browser
     assert any(want[other] in f for f in frames) and not any(want[first] in f for f in frames)
     # the root frame is the prefix, the task's function above it, its hot function on top
     assert browser.js("document.querySelector('#flame svg g').textContent").startswith(other)
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_the_worker_selector_narrows_the_flame_graph_to_one_worker(view, browser):
-    test_dashboard_gantt.open_page(browser, view)
+    open_page(browser, view)
     browser.wait_js("document.querySelectorAll('#flame svg rect').length > 2", what="the flame graph")
     note = browser.js("document.getElementById('profile-note').textContent")
     assert "on all workers" in note
@@ -76,12 +72,12 @@ def test_the_worker_selector_narrows_the_flame_graph_to_one_worker(view, browser
     note = browser.js("document.getElementById('profile-note').textContent")
     assert per == _samples(note), (per, note)
     assert browser.js("document.querySelectorAll('#flame svg rect').length") > 2
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_a_clicked_task_shows_its_own_samples(view, browser):
-    test_dashboard_gantt.open_page(browser, view)
-    test_dashboard_gantt.click_bar(browser, "EV.gantt.data.prefixes[b[3]] === 'crunch'")
+    open_page(browser, view)
+    click_bar(browser, "EV.gantt.data.prefixes[b[3]] === 'crunch'")
     browser.wait_js("document.querySelector('#task-body .task-flame svg rect') !== null", what="the task's flame graph")
     box = browser.js("(() => { const b = document.querySelector('#task-body .task-flame'); "
                      "return {label: b.dataset.label, span: b.dataset.span}; })()")
@@ -89,4 +85,4 @@ def test_a_clicked_task_shows_its_own_samples(view, browser):
     assert any("crunch_numbers" in f for f in _frames(browser, "#task-body .task-flame"))
     # the same span id as the clicked bar's span, whose attributes name the same function
     assert browser.js("EV.state.task.id") is not None
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)

@@ -10,10 +10,9 @@ import sys
 
 import pytest
 
-import test_dashboard_gantt
+from helpers import NEEDS_CHROMIUM, no_exceptions, open_page, shoot, start_view, stop_view, viewed
 
-browser = test_dashboard_gantt.browser  # the fixture: a headless chromium page per test
-pytestmark = test_dashboard_gantt.pytestmark  # browser, slow, skipped without chromium
+pytestmark = NEEDS_CHROMIUM
 
 DASK = r'''
 import json, time
@@ -68,26 +67,26 @@ if __name__ == "__main__":
 
 
 def _shoot(browser, url: str, name: str, tmp_path) -> None:
-    test_dashboard_gantt.open_page(browser, url)
+    open_page(browser, url)
     browser.wait_js("Object.keys(EV.plotRanges()).length >= 2", what="the plots")
     path = str(tmp_path / name)
-    test_dashboard_gantt.shoot(browser, ["header", "#plots-section"], path)
+    shoot(browser, ["header", "#plots-section"], path)
     assert os.path.getsize(path) > 20_000
     docs = os.environ.get("EVLOG_DOCS_SCREENSHOTS")
     if docs:
         shutil.copy(path, os.path.join(docs, name))
-    test_dashboard_gantt.no_exceptions(browser)
+    no_exceptions(browser)
 
 
 def test_a_dask_run(tmp_path, browser):
-    with test_dashboard_gantt.viewed(tmp_path, DASK, EVLOG_CAPTURE="enabled") as url:
+    with viewed(tmp_path, DASK, EVLOG_CAPTURE="enabled") as url:
         _shoot(browser, url, "dashboard-dask.png", tmp_path)
         assert browser.js("EV.gantt.data.lanes.filter(lane => !lane.transfers).length") == 4  # and transfer lanes
         assert browser.js("EV.gantt.data.bars.some(b => b[4] === 1)")  # the failed partition
 
 
 def test_a_pool_run(tmp_path, browser):
-    with test_dashboard_gantt.viewed(tmp_path, POOL) as url:
+    with viewed(tmp_path, POOL) as url:
         _shoot(browser, url, "dashboard-pool.png", tmp_path)
         assert browser.js("EV.gantt.data.total") == 40 and browser.js("EV.gantt.data.what").startswith("pool tasks")
 
@@ -95,7 +94,6 @@ def test_a_pool_run(tmp_path, browser):
 @pytest.mark.torch
 def test_a_torchrun_run(tmp_path, browser):
     from helpers import evlog_env, run_instrumented
-    from test_cli import _start_view, _stop
 
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     example = os.path.join(os.path.dirname(__file__), "..", "examples", "torch_gloo.py")
@@ -103,10 +101,10 @@ def test_a_torchrun_run(tmp_path, browser):
     p = run_instrumented([torchrun, "--standalone", "--nproc_per_node=2", example, "--steps", "5"],
                          env=evlog_env(EVLOG_RUN_DIR=str(run_dir)), timeout=240)
     assert p.returncode == 0, p.stderr.decode(errors="replace")[-3000:]
-    proc, url = _start_view(str(run_dir), "--no-follow")
+    proc, url = start_view(str(run_dir), "--no-follow")
     try:
         _shoot(browser, url, "dashboard-torchrun.png", tmp_path)
         names = browser.js("EV.api('api/gantt').then(g => g.total)")
         assert names > 0
     finally:
-        _stop(proc)
+        stop_view(proc)

@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, wait_for_scheduler_file
 from helpers import start_instrumented as _start
 from helpers import stop_processes as _stop
 from receiver import CollectingReceiver
@@ -303,10 +302,7 @@ def cli(tmp_path_factory):
     common = ["--scheduler-file", sched_file, "--host", "127.0.0.1", "--dashboard-address", ":0"]
     procs = [_start([DASK, "scheduler", "--port", "0"] + common, env, log)]
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(sched_file):
-            assert procs[0].poll() is None and time.monotonic() < deadline, (tmp / "cluster.log").read_text()
-            time.sleep(0.1)
+        wait_for_scheduler_file(sched_file, procs[0], tmp / "cluster.log")
         for name in ("w1", "w2"):
             procs.append(_start([DASK, "worker", "--nthreads", "1", "--name", name] + common, env, log))
         out = _output(run_instrumented([PYTHON, _write(tmp, "client.py", CLI_CLIENT), sched_file, str(tmp / "marker")],
@@ -426,9 +422,14 @@ if __name__ == "__main__":
             Client(cluster) as client:
         held = client.map(inc, range(300))
         wait(held)
-        time.sleep(1.5)  # a shipping interval (0.5 s) and more
+        # until the shipping thread has taken the tasks' last transitions: it counts what it ships
+        counts = cluster.scheduler.plugins["evlog-telemetry"].counts
+        deadline = time.monotonic() + 60
+        while counts["processing", "memory"] < len(held) and time.monotonic() < deadline:
+            time.sleep(0.05)
         waiting = sum(len(rec._log) for rec in _live)
-        print(json.dumps({"held": len(held), "waiting": waiting, "pid": os.getpid()}))
+        print(json.dumps({"held": len(held), "shipped": counts["processing", "memory"], "waiting": waiting,
+                          "pid": os.getpid()}))
 """
 
 
@@ -438,7 +439,7 @@ def test_the_scheduler_keeps_no_task_records_its_spans_are_built_by_the_exporter
     process builds the spans, with the scheduler process's resource."""
     env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
     out = _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", HELD_APP)], env=env, timeout=120))
-    assert out["held"] == 300 and out["waiting"] == 0, out
+    assert out["held"] == out["shipped"] == 300 and out["waiting"] == 0, out
     otlp_receiver.wait_for(lambda: len(_named(otlp_receiver.spans(), "dask.task inc")) >= 300, timeout=60)
     pids = {s["resource"].get("process.pid") for s in _named(otlp_receiver.spans(), "dask.task inc")}
     assert pids == {out["pid"]}, pids

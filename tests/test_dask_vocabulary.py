@@ -15,11 +15,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented, start_instrumented, stop_processes
+from helpers import (CHROMIUM, PYTHON, Browser, evlog_env, run_instrumented, start_instrumented, start_view, stop_processes,
+                     stop_view, wait_for_scheduler_file)
 from plain_receiver import PlainReceiver, attrs
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -260,10 +260,7 @@ def test_dask_scheduler_and_worker_processes_of_the_cli_give_the_same(tmp_path):
         env = evlog_env({**r.env(), "EVLOG_SUMMARY": "false"})
         procs = [start_instrumented([DASK, "scheduler", "--port", "0"] + common, env, log)]
         try:
-            deadline = time.monotonic() + 60
-            while not os.path.exists(sched_file):
-                assert procs[0].poll() is None and time.monotonic() < deadline, (tmp_path / "cluster.log").read_text()
-                time.sleep(0.1)
+            wait_for_scheduler_file(sched_file, procs[0], tmp_path / "cluster.log")
             for name in ("w1", "w2"):
                 procs.append(start_instrumented([DASK, "worker", "--nthreads", "1", "--name", name] + common, env, log))
             dask_says = said(run_instrumented([PYTHON, str(tmp_path / "client.py"), sched_file], env=env, timeout=240))
@@ -323,14 +320,11 @@ def test_the_report_says_where_each_prefixs_time_went_and_lists_the_dask_spans(l
 @pytest.mark.slow
 @pytest.mark.browser
 def test_the_fine_performance_metrics_panel_and_the_span_bands_draw_in_a_browser(local):
-    from test_dashboard_browser import CHROMIUM, Browser  # the dashboard tests' headless chromium driver
-    from test_cli import _start_view, _stop
-
     if not os.path.exists(CHROMIUM):
         pytest.skip("needs Debian's chromium (apt-get install chromium)")
     _r, dask_says, run = local
     ids = dask_says["ids"]
-    proc, url = _start_view(str(run), "--no-follow")
+    proc, url = start_view(str(run), "--no-follow")
     browser = Browser()
     try:
         browser.goto(url)
@@ -352,7 +346,7 @@ def test_the_fine_performance_metrics_panel_and_the_span_bands_draw_in_a_browser
         assert not [m for m in browser.console if m.startswith("EXCEPTION")], browser.console
     finally:
         browser.close()
-        _stop(proc)
+        stop_view(proc)
 
 
 HOLDS_APP = r'''

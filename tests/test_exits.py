@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, wait_until
 
 
 def _summary(err: bytes) -> str:
@@ -33,6 +33,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_for_session_end(sid: int) -> None:
+    """Until every process of the session ``sid`` (a run: its launcher, program, exporter process, ...) has ended."""
+    wait_until(lambda: not _session_members(sid), 15, lambda: f"the session's processes to end: {_session_members(sid)}",
+               interval=0.05)
+
+
 def _session_members(sid: int) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
@@ -43,15 +49,6 @@ def _session_members(sid: int) -> list[int]:
             except OSError:
                 continue
     return out
-
-
-def _wait_until(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 @pytest.mark.parametrize("uses", ["nothing", "forkserver"])
@@ -66,7 +63,7 @@ def test_sigkill_of_the_launcher_takes_the_program_and_leaves_nothing_in_tmp(tmp
         with cf.ProcessPoolExecutor(1, mp_context=mp.get_context("forkserver")) as ex:
             ex.submit(abs, 1).result()   # a task span: the run's exporter process starts
     print(os.getpid(), flush=True)
-    time.sleep(60)
+    time.sleep(60)  # still running when its launcher is killed
     """
     env = evlog_env(EVLOG_RUN_DIR=tmp_path / "run", TMPDIR=tmp)
     proc = subprocess.Popen([PYTHON, "-m", "evlog.launcher", PYTHON, "-c", textwrap.dedent(code)], env=env,
@@ -75,9 +72,9 @@ def test_sigkill_of_the_launcher_takes_the_program_and_leaves_nothing_in_tmp(tmp
         program = int(proc.stdout.readline())
         os.kill(proc.pid, signal.SIGKILL)  # the launcher alone
         proc.wait(timeout=30)
-        assert _wait_until(lambda: not _alive(program), 10), "the program outlived its launcher"
+        wait_until(lambda: not _alive(program), 10, "the program to end with its launcher", interval=0.05)
         # the exporter process flushes and ends once its control pipe closes (1 s + at most 5 s)
-        assert _wait_until(lambda: not _session_members(proc.pid), 15), _session_members(proc.pid)
+        _wait_for_session_end(proc.pid)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -90,15 +87,17 @@ def test_a_forkserver_run_leaves_nothing_in_tmp(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     code = """
-    import concurrent.futures as cf, multiprocessing as mp
+    import concurrent.futures as cf, multiprocessing as mp, os
     ctx = mp.get_context("forkserver")
     with cf.ProcessPoolExecutor(2, mp_context=ctx) as ex:
         sum(ex.map(abs, range(100)))
     with ctx.Pool(2) as pool:
         sum(pool.map(abs, range(100)))
+    print(os.getsid(0))
     """
-    run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run", TMPDIR=tmp), check=True)
-    time.sleep(1)  # the fork server ends after the program: it must not recreate a stats file then
+    proc = run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path / "run", TMPDIR=tmp), check=True)
+    # the fork server ends after the program: once it has, it must not have recreated a stats file
+    _wait_for_session_end(int(proc.stdout))
     assert [p.name for p in tmp.iterdir() if p.name.startswith("evlog")] == []
 
 

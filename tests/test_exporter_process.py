@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, run_instrumented, wait_until
 from plain_receiver import PlainReceiver, attrs, value
 
 APP = r'''
@@ -25,10 +25,20 @@ if __name__ == "__main__":
             bad.result()
         except ValueError:
             pass
-        print(json.dumps({"result": total, "pid": os.getpid()}), flush=True)
         if sys.argv[1:] == ["kill"]:
-            time.sleep(1.5)  # three shipping intervals: everything recorded has left the process
+            # killed once the shipping thread has taken every task's last transition (it counts what it
+            # ships) and has written that shipment out (flush waits for a shipment under way)
+            from evlog.observed import records
+            counts = cluster.scheduler.plugins["evlog-telemetry"].counts
+            deadline = time.monotonic() + 30
+            while (counts["processing", "memory"] < 40 or counts["processing", "erred"] < 1) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            records.flush()
+            print(json.dumps({"result": total, "pid": os.getpid(), "shipped": counts["processing", "memory"]}),
+                  flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        print(json.dumps({"result": total, "pid": os.getpid()}), flush=True)
 '''
 
 
@@ -163,11 +173,12 @@ def test_pool_task_spans_reach_a_plain_receiver_as_the_sdk_would_send_them(tmp_p
 
 
 def test_a_scheduler_killed_with_sigkill_loses_nothing_it_recorded_before_its_last_shipment(tmp_path):
-    """The scheduler's process dies by SIGKILL 1.5 s after its tasks: its transitions had been shipped,
-    so the exporter process builds every task's span (the export delay is 60 s: none was out before)."""
+    """The scheduler's process dies by SIGKILL once its transitions have been shipped, so the exporter
+    process builds every task's span (the export delay is 60 s: none was out before)."""
     with PlainReceiver() as r:
         proc, out = _run(tmp_path, r, "kill")
         assert proc.returncode == -9 or proc.returncode == 137, proc.returncode
+        assert out["shipped"] == 40, out
         r.wait_for(lambda: len(_tasks(r, "inc")) >= 40 and _tasks(r, "fail"), timeout=30)
         keys = {attrs(s.attributes)["dask.task.key"] for _res, s in _tasks(r, "inc")}
         assert len(keys) == 40
@@ -209,7 +220,7 @@ def test_a_collector_down_for_ten_seconds_loses_no_task_span_once_it_is_back(tmp
     try:
         first.wait_for(lambda: any(s.name == "dask.task slow" for _r, s in first.spans()), timeout=60)
         first.server.stop(None)  # the collector goes down ...
-        time.sleep(10)
+        time.sleep(10)  # the outage the test is about, not a wait for a result
         with PlainReceiver(port) as second:  # ... and comes back on the same address
             out, err = proc.communicate(timeout=120)
             keys = {attrs(s.attributes)["dask.task.key"] for _r, s in first.spans() + second.spans()
@@ -241,7 +252,6 @@ if __name__ == "__main__":
 
 def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_counted(tmp_path):
     import subprocess
-    import time
 
     import psutil
 
@@ -253,13 +263,9 @@ def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_coun
                                 start_new_session=True)
         try:
             assert proc.stdout.readline().strip() == b"first"
-            deadline = time.monotonic() + 20  # the launcher starts it at the first shipment
-            while True:
-                exporters = [c for c in psutil.Process(proc.pid).children()
-                             if "evlog.exporter.process" in " ".join(c.cmdline())]
-                if exporters or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
+            exporters = wait_until(lambda: [c for c in psutil.Process(proc.pid).children()
+                                            if "evlog.exporter.process" in " ".join(c.cmdline())], 20,
+                                   "the exporter process the launcher starts at the first shipment")
             assert len(exporters) == 1
             exporters[0].kill()  # a zombie until the launcher reaps it at the end
             out, err = proc.communicate(b"\n", timeout=120)

@@ -24,7 +24,7 @@ FORK_WHILE_BUILDING = textwrap.dedent("""
         forkguard.register_last()
         with sdk._lock:
             holding.set()
-            time.sleep(float(sys.argv[2]))
+            time.sleep(float(sys.argv[2]))  # a slow build: the fork comes while it holds the lock
             logging.getLogger("evlog-test-build")  # logging's lock
             with concurrent.futures.thread._global_shutdown_lock:  # taken by ThreadPoolExecutor.submit
                 pass

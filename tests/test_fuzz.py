@@ -34,8 +34,7 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, without_run_folder_notice
-from test_load import ServeProcess
+from helpers import PYTHON, ServeProcess, evlog_env, read_run_folder, run_instrumented, without_run_folder_notice
 
 pytest.importorskip("grpc")
 pytest.importorskip("opentelemetry.proto")

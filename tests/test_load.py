@@ -11,109 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-import signal
-import socket
 import subprocess
 import threading
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServeProcess:
-    """`python -m evlog.cli serve` on free loopback ports with its own --db; stderr kept in a file.
-
-    ``stop()`` sends SIGTERM and returns (stdout, stderr); it fails the test if the server had died,
-    did not stop, or exited with an error.
-    """
-
-    def __init__(self, tmp_path, *extra: str):
-        self.db = str(tmp_path / "evlog.sqlite")
-        self.grpc = free_port()
-        self.http = free_port()
-        self._err_path = tmp_path / "serve.stderr"
-        self._err = open(self._err_path, "wb")
-        self.proc = subprocess.Popen(
-            [PYTHON, "-m", "evlog.cli", "serve", "--db", self.db, "--grpc-port", str(self.grpc),
-             "--http-port", str(self.http), *extra],
-            stdout=subprocess.PIPE, stderr=self._err, stdin=subprocess.DEVNULL, text=True)
-        self.out: list[str] = []
-        self.url = f"http://127.0.0.1:{self.http}/"
-        timer = threading.Timer(90, self.proc.kill)  # bounds the readline below
-        timer.start()
-        try:
-            while True:
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise AssertionError(f"evlog serve exited before it was ready: {self.out} {self.stderr()}")
-                self.out.append(line)
-                if "dashboard at" in line:
-                    break
-        finally:
-            timer.cancel()
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc}"
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http}"
-
-    def stderr(self) -> str:
-        return self._err_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def get(self, path: str, timeout: float = 30) -> dict:
-        with urllib.request.urlopen(self.url + path, timeout=timeout) as r:
-            assert r.status == 200, (path, r.status)
-            return json.loads(r.read())
-
-    def overview(self) -> dict:
-        return self.get("api/overview")
-
-    def wait_for(self, pred, timeout: float = 60.0, what: str = ""):
-        """Poll the server until ``pred(overview)`` is truthy (bounded); returns its value."""
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = self.overview()
-            got = pred(last)
-            if got:
-                return got
-            time.sleep(0.1)
-        raise AssertionError(f"evlog serve: timed out waiting for {what}; last overview "
-                             f"{json.dumps((last or {}).get('summary'))} {json.dumps((last or {}).get('receiver'))}")
-
-    def stop(self) -> tuple[str, str]:
-        try:
-            assert self.alive(), f"evlog serve died: exit {self.proc.returncode}\n{self.stderr()}"
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                out, _ = self.proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate(timeout=30)
-                raise AssertionError("evlog serve did not stop on SIGTERM") from None
-            assert self.proc.returncode == 0, f"evlog serve exited {self.proc.returncode}\n{self.stderr()}"
-            return "".join(self.out) + out, self.stderr()
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait(30)
-            self._err.close()
+from helpers import PYTHON, ServeProcess, evlog_env, run_instrumented
 
 
 @pytest.fixture

@@ -21,8 +21,7 @@ import subprocess
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_instrumented, wait_until
-from test_load import ServeProcess, free_port
+from helpers import PYTHON, ServeProcess, evlog_env, free_port, run_instrumented, wait_until
 
 
 def test_grpc_sent_to_the_http_port_of_evlog_serve_is_one_line_naming_what_to_set(tmp_path):

@@ -424,40 +424,44 @@ def test_subclassed_executors_and_pools_keep_working(otlp_receiver, tmp_path):
 
 
 UNINSTRUMENT_PROGRAM = r'''
-import concurrent.futures as cf, multiprocessing as mp, threading
+import concurrent.futures as cf, json, multiprocessing as mp, threading
 import multiprocessing.pool, multiprocessing.process
 import evlog
 from evlog.observed import boot
 
+def wrapped():
+    """Which of the patched methods are evlog's wrappers now."""
+    now = {
+        "tpe": cf.ThreadPoolExecutor.__dict__["submit"], "ppe": cf.ProcessPoolExecutor.__dict__["submit"],
+        "pool": mp.pool.Pool.__dict__["apply_async"], "start": mp.process.BaseProcess.__dict__["start"],
+        "thread": threading.Thread.__dict__["start"],
+    }
+    return {name: hasattr(f, "__wrapped__") for name, f in now.items()}
+
 evlog.configure()
-before = {
-    "tpe": cf.ThreadPoolExecutor.__dict__["submit"], "ppe": cf.ProcessPoolExecutor.__dict__["submit"],
-    "pool": mp.pool.Pool.__dict__["apply_async"], "start": mp.process.BaseProcess.__dict__["start"],
-    "thread": threading.Thread.__dict__["start"],
-}
-assert all(hasattr(f, "__wrapped__") for f in before.values()), before
+found = {"wrapped before": wrapped()}
 for name in ("futures", "multiprocessing"):
     boot.active_instrumentors()[name].uninstrument()
-after = {
-    "tpe": cf.ThreadPoolExecutor.__dict__["submit"], "ppe": cf.ProcessPoolExecutor.__dict__["submit"],
-    "pool": mp.pool.Pool.__dict__["apply_async"], "start": mp.process.BaseProcess.__dict__["start"],
-    "thread": threading.Thread.__dict__["start"],
-}
-assert all(not hasattr(f, "__wrapped__") for f in after.values()), after
+found["wrapped after"] = wrapped()
 with cf.ThreadPoolExecutor(1) as ex:
-    assert ex.submit(pow, 2, 3).result() == 8
+    found["2 ** 3 while off"] = ex.submit(pow, 2, 3).result()
 for name in ("futures", "multiprocessing"):
     boot.active_instrumentors()[name].instrument()
 with cf.ThreadPoolExecutor(1) as ex:
-    assert ex.submit(pow, 2, 4).result() == 16
-print("ok")
+    found["2 ** 4 on again"] = ex.submit(pow, 2, 4).result()
+print(json.dumps(found))
 '''
 
 
 def test_uninstrument_restores_the_originals_and_instrument_puts_them_back(otlp_receiver):
     env = evlog_env(otlp_receiver.env("grpc"))
     proc = subprocess.run([PYTHON, "-c", UNINSTRUMENT_PROGRAM], env=env, capture_output=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    found = json.loads(proc.stdout)
+    patched = ("tpe", "ppe", "pool", "start", "thread")
+    assert found["wrapped before"] == dict.fromkeys(patched, True), found
+    assert found["wrapped after"] == dict.fromkeys(patched, False), found
+    assert found["2 ** 3 while off"] == 8 and found["2 ** 4 on again"] == 16, found
     otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"])
     assert len([s for s in otlp_receiver.spans() if s["name"] == "futures.task pow"]) == 1  # only while instrumented
 
@@ -471,7 +475,7 @@ def quick(_):
 
 def hang(path):
     open(path, "w").close()
-    time.sleep(120)
+    time.sleep(120)  # a task still running when the pool is terminated
 
 if __name__ == "__main__":
     flag = sys.argv[1]
@@ -885,7 +889,7 @@ def test_a_pool_map_of_200000_trivial_items_is_traced_whole_with_default_setting
 
 
 CHUNK_UNINSTRUMENT_PROGRAM = r'''
-import concurrent.futures.process as cfp, multiprocessing.pool as mpp, pickle
+import concurrent.futures.process as cfp, json, multiprocessing.pool as mpp, pickle
 import evlog
 from evlog.observed import boot
 
@@ -894,30 +898,42 @@ originals = {(cfp, "_process_chunk"): cfp._process_chunk, (mpp, "mapstar"): mpp.
 cutter = mpp.Pool.__dict__["_get_tasks"]
 evlog.configure()
 
-def check(replaced):
+def seen():
+    """What the chunk functions and the chunk cutter are now."""
+    out = {}
     for (module, name), original in originals.items():
         now = getattr(module, name)
-        assert (now is not original) is replaced, (name, now)
-        assert (now.__module__, now.__qualname__) == (original.__module__, original.__qualname__)
-        assert pickle.loads(pickle.dumps(now)) is now  # sent to workers by reference
-    assert (mpp.Pool.__dict__["_get_tasks"] is not cutter) is replaced  # numbers the chunks
-    assert list(mpp.Pool._get_tasks(abs, range(5), 2)) == [(abs, (0, 1)), (abs, (2, 3)), (abs, (4,))]
+        out[name] = {
+            "replaced": now is not original,
+            "named as the original": (now.__module__, now.__qualname__) == (original.__module__, original.__qualname__),
+            "pickled by reference": pickle.loads(pickle.dumps(now)) is now,  # as it is sent to the workers
+        }
+    out["_get_tasks"] = {"replaced": mpp.Pool.__dict__["_get_tasks"] is not cutter,  # numbers the chunks
+                         "chunks": [[f.__name__, list(args)] for f, args in mpp.Pool._get_tasks(abs, range(5), 2)]}
+    return out
 
-check(True)
+found = {"instrumented": seen()}
 for name in ("futures", "multiprocessing"):
     boot.active_instrumentors()[name].uninstrument()
-check(False)
+found["uninstrumented"] = seen()
 for name in ("futures", "multiprocessing"):
     boot.active_instrumentors()[name].instrument()
-check(True)
-print("ok")
+found["instrumented again"] = seen()
+print(json.dumps(found))
 '''
 
 
 def test_chunk_mode_replaces_the_pools_chunk_functions_by_reference_and_uninstrument_restores_them():
     proc = subprocess.run([PYTHON, "-c", CHUNK_UNINSTRUMENT_PROGRAM], env=evlog_env(NO_TIMER), capture_output=True,
                           timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == b"ok", proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    found = json.loads(proc.stdout)
+    for when, replaced in (("instrumented", True), ("uninstrumented", False), ("instrumented again", True)):
+        for name in ("_process_chunk", "mapstar", "starmapstar"):
+            assert found[when][name] == {"replaced": replaced, "named as the original": True,
+                                         "pickled by reference": True}, (when, name, found[when][name])
+        assert found[when]["_get_tasks"] == {"replaced": replaced, "chunks": [["abs", [0, 1]], ["abs", [2, 3]],
+                                                                             ["abs", [4]]]}, (when, found[when])
 
 
 def test_chunk_spans_are_task_executions_for_the_consumers_and_the_viewer():

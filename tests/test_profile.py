@@ -14,58 +14,12 @@ from concurrent import futures
 
 import grpc
 import pytest
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PROFILE_DASK_APP as DASK_APP, PROFILE_TASKS as TASKS, PYTHON, Serve, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs, value
 
 import pprof_proto
 
-TASKS = r'''
-def slow_parse_inner(text):
-    total = 0
-    for _ in range(1000):
-        for ch in text:
-            total += ord(ch) % 7
-    return total
-
-
-def parse(i):
-    return slow_parse_inner("x" * 3000 + str(i))
-
-
-def crunch_numbers(n):
-    acc = 0
-    for i in range(n):
-        acc = (acc * 31 + i) % 1000003
-    return acc
-
-
-def crunch(i):
-    return crunch_numbers(2_000_000 + i)
-'''
-
-DASK_APP = r'''
-import json, os, sys, threading
-from distributed import Client, LocalCluster
-from tasks import crunch, parse
-
-def threads():
-    return sorted(t.name for t in threading.enumerate())
-
-def own_samples():
-    from evlog.observed import profiler
-    return profiler.stats().get("samples", 0)
-
-if __name__ == "__main__":
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        n = int(sys.argv[1]) if len(sys.argv) > 1 else 16
-        a = client.gather(client.map(parse, range(n)))
-        b = client.gather(client.map(crunch, range(n)))
-        workers = client.run(threads)
-        print(json.dumps({"parse": len(a), "crunch": len(b), "worker_threads": list(workers.values()),
-                          "worker_pids": list(client.run(os.getpid).values()), "own_threads": threads(),
-                          "own_samples": own_samples()}), flush=True)
-'''
+# TASKS (tasks.py) and DASK_APP are shared with the dashboard's flame graph tests: they live in helpers
 
 POOL_APP = r'''
 import json, os
@@ -405,8 +359,6 @@ def test_a_task_threads_top_functions_are_its_self_samples(monkeypatch):
 @pytest.mark.slow
 def test_evlog_serve_stores_the_profiles_its_dashboard_and_report_read_them(tmp_path):
     """Over OTLP/gRPC into `evlog serve`: the same flame graphs and report as from a run folder."""
-    from test_serve import Serve
-
     db = str(tmp_path / "serve.sqlite")
     serve = Serve(db)
     try:

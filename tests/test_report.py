@@ -1,5 +1,5 @@
-"""`evlog report` on a real Dask run under evlog-instrument, checked against graphs whose answer is
-known: a chain of long tasks beside short ones (the critical path), one task of 40 made 20x slower
+"""`evlog report` on a real Dask run under evlog-instrument (helpers.REPORT_APP), checked against graphs
+whose answer is known: a chain of long tasks beside short ones (the critical path), one task of 40 made 20x slower
 (the straggler), a failing task (the failure and its erred transition), inputs on one worker and
 tasks restricted to the other (transfer time on that one). One run serves all: each graph is its
 own client call, so its own computation in the report. The HTML page is opened in headless chromium.
@@ -12,69 +12,8 @@ import subprocess
 
 import pytest
 
-from helpers import PYTHON, evlog_env, run_app
-
-APP = r'''
-import json
-import time
-
-import dask
-from distributed import Client, LocalCluster
-
-
-def chain(x, d):
-    time.sleep(d)
-    return x + 1
-
-
-def short(i):
-    time.sleep(0.01)
-    return i
-
-
-def final(*xs):
-    return sum(xs)
-
-
-def work(i):
-    time.sleep(0.6 if i == 17 else 0.03)
-    return i
-
-
-def boom(x):
-    raise ValueError(f"bad input {x}")
-
-
-def consume(data):
-    return len(data)
-
-
-if __name__ == "__main__":
-    with LocalCluster(n_workers=2, threads_per_worker=2, processes=True, dashboard_address=":0") as cluster, \
-            Client(cluster) as client:
-        # 1. a chain of long tasks beside many short ones, all feeding one final task
-        c = 0
-        for i in range(4):
-            c = dask.delayed(chain)(c, 0.4, dask_key_name=f"chain-{i}")
-        shorts = [dask.delayed(short)(i, dask_key_name=f"short-{i}") for i in range(30)]
-        print(dask.delayed(final)(c, *shorts, dask_key_name="final-0").compute())
-        # 2. one task of 40 twenty times slower than the others
-        print(sum(client.gather(client.map(work, range(40), key=[f"work-{i}" for i in range(40)]))))
-        # 3. a failing task
-        try:
-            client.submit(boom, 42, key="boom-0").result()
-        except ValueError as e:
-            print("failed:", e)
-        # 4. the input on one worker, the tasks restricted to the other
-        a, b = sorted(client.scheduler_info()["workers"])
-        data = client.scatter([b"x" * 20_000_000], workers=[a])[0]
-        futs = [client.submit(consume, data, key=f"consume-{i}", workers=[b], allow_other_workers=False)
-                for i in range(2)]
-        print(sum(client.gather(futs)))
-        print(json.dumps({"holder": a, "consumer": b}), flush=True)
-        for step in range(5):
-            print(json.dumps({"epoch": step, "loss": 1.0 / (step + 1)}), flush=True)
-'''
+from helpers import (CHROMIUM, PYTHON, REPORT_APP, Browser, evlog_env, no_exceptions, open_page, run_app,
+                     start_view, stop_view)
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("report")
-    p, run_dir = run_app(tmp, APP)
+    p, run_dir = run_app(tmp, REPORT_APP)
     where = next(json.loads(line) for line in p.stdout.decode().splitlines() if line.startswith('{"holder"'))
     return {"dir": str(run_dir), "tmp": tmp, **where}
 
@@ -312,13 +251,9 @@ def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(future
 
 @pytest.mark.browser
 def test_the_dashboards_report_panel_follows_futures_into_the_calls_that_made_them(futures_run):
-    from test_cli import _start_view, _stop
-    from test_dashboard_browser import CHROMIUM, Browser
-    from test_dashboard_gantt import no_exceptions, open_page
-
     if not os.path.exists(CHROMIUM):
         pytest.skip("needs Debian's chromium (apt-get install chromium)")
-    proc, url = _start_view(futures_run["dir"], "--no-follow")
+    proc, url = start_view(futures_run["dir"], "--no-follow")
     b = Browser()
     try:
         open_page(b, url)
@@ -337,7 +272,7 @@ def test_the_dashboards_report_panel_follows_futures_into_the_calls_that_made_th
         no_exceptions(b)
     finally:
         b.close()
-        _stop(proc)
+        stop_view(proc)
 
 
 def test_the_pool_kind_is_right_per_call(futures_run):
@@ -357,8 +292,6 @@ def test_a_missing_run_folder_is_one_clear_message(tmp_path):
 
 @pytest.mark.browser
 def test_the_html_page_shows_the_critical_path_offline_in_chromium(run, tmp_path):
-    from test_dashboard_browser import CHROMIUM, Browser
-
     if not os.path.exists(CHROMIUM):
         pytest.skip("needs Debian's chromium (apt-get install chromium)")
     page = tmp_path / "report.html"

@@ -13,11 +13,7 @@ import subprocess
 
 import pytest
 
-import test_dashboard_browser
-from helpers import PYTHON, evlog_env, run_app
-from test_dashboard_browser import CHROMIUM
-
-browser = test_dashboard_browser.browser  # the fixture: a headless chromium page per test
+from helpers import CHROMIUM, PYTHON, evlog_env, no_exceptions, open_page, run_app, start_view, stop_view
 
 APP = r'''
 import multiprocessing as mp, time
@@ -84,10 +80,7 @@ def test_the_straggler_and_the_failure_are_named_by_the_calls_index(run_dir):
 @pytest.mark.browser
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")
 def test_the_dashboards_report_panel_names_the_calls_of_a_chunk(run_dir, browser):
-    from test_cli import _start_view, _stop
-    from test_dashboard_gantt import no_exceptions, open_page
-
-    proc, url = _start_view(run_dir, "--no-follow")
+    proc, url = start_view(run_dir, "--no-follow")
     try:
         open_page(browser, url)
         browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", timeout=60,
@@ -97,7 +90,7 @@ def test_the_dashboards_report_panel_names_the_calls_of_a_chunk(run_dir, browser
                           "Array.from(t.querySelectorAll('tr')).map(r => Array.from(r.children).map(c => c.textContent)))")
         no_exceptions(browser)
     finally:
-        _stop(proc)
+        stop_view(proc)
     (straggler, failure) = rows
     assert straggler[0][:3] == ["straggler", "call", "took"] and straggler[1][:2] == ["__main__.f", "17"], straggler
     assert failure[0][:3] == ["failed call", "call", "exception"], failure

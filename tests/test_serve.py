@@ -7,18 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import pytest
 
+from helpers import Serve
 from synthetic_run import make_run, resource, span, traces_request
 
 from evlog import cli
@@ -27,77 +24,6 @@ from evlog.data.panels import gantt as gantt_panel
 from evlog.data.panels import metadata as metadata_panel
 from evlog.data.run_reader import RunFolder
 from evlog.data.store import Store, decode_for_store
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Serve:
-    """`python -m evlog.cli serve` on free loopback ports; stopped with SIGTERM."""
-
-    def __init__(self, db: str, *extra: str, grpc: int | None = None, http: int | None = None):
-        self.db = db
-        self.grpc = grpc or free_port()
-        self.http = http or free_port()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "evlog.cli", "serve", "--db", db, "--grpc-port", str(self.grpc),
-             "--http-port", str(self.http), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.out = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError(f"evlog serve exited: {self.out} {self.proc.stderr.read()}")
-            self.out.append(line)
-            if "dashboard at" in line:
-                self.url = re.search(r"(http://\S+/)", line).group(1)
-                return
-        self.proc.kill()
-        raise AssertionError("evlog serve did not start in 60 s")
-
-    def get(self, path: str, headers: dict | None = None):
-        req = urllib.request.Request(self.url + path, headers=headers or {})
-        with urllib.request.urlopen(req, timeout=15) as r:
-            return json.loads(r.read())
-
-    def post(self, path: str, body: bytes, ctype: str) -> tuple[int, bytes]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.http}{path}", data=body, method="POST",
-                                     headers={"Content-Type": ctype})
-        try:
-            with urllib.request.urlopen(req, timeout=15) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def wait(self, pred, timeout: float = 30.0, what: str = ""):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            last = pred()
-            if last:
-                return last
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}: last {last!r}")
-
-    def spans(self) -> int:
-        return self.get("api/overview")["summary"]["spans"]
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                out, err = self.proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                out, err = self.proc.communicate(timeout=10)
-                raise AssertionError("evlog serve did not stop on SIGTERM")
-            self.out.append(out)
-            assert self.proc.returncode == 0, err
-        return "".join(self.out)
 
 
 @pytest.fixture

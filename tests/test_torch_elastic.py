@@ -5,6 +5,7 @@ The torchrun tests are marked slow; all are marked torch. None skips: without to
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -241,23 +242,30 @@ def test_torch_metrics_become_otel_instruments_and_bad_values_are_reported(torch
 
 def test_uninstrument_restores_torch_and_instrument_patches_it_again(otlp_receiver):
     proc = run_instrumented("""
+        import json
         import torch.distributed.elastic.agent.server.api as agent_api
         from torch.distributed.elastic import events, metrics
         from torch.distributed.elastic.metrics.api import MetricStream
         from evlog.observed import boot
 
+        names = ("events.record", "agent_api.record", "MetricStream.add_value", "SimpleElasticAgent.run")
         inst = boot.active_instrumentors()["torch_elastic"]
         patched = (events.record, agent_api.record, MetricStream.add_value, agent_api.SimpleElasticAgent.run)
         inst.uninstrument()
         plain = (events.record, agent_api.record, MetricStream.add_value, agent_api.SimpleElasticAgent.run)
-        assert all(type(p).__name__ == "function" for p in plain), plain
-        assert all(p.__wrapped__ is q for p, q in zip(patched, plain))
+        found = {"types when off": dict(zip(names, (type(p).__name__ for p in plain))),
+                 "patches wrap them": dict(zip(names, (p.__wrapped__ is q for p, q in zip(patched, plain))))}
         events.record(events.Event("while off", events.EventSource.AGENT))
         inst.instrument()
-        assert events.record is not plain[0] and agent_api.record is not plain[1]
+        found["patched again"] = {"events.record": events.record is not plain[0],
+                                  "agent_api.record": agent_api.record is not plain[1]}
         events.record(events.Event("on again", events.EventSource.AGENT))
-        print("ok")
+        print(json.dumps(found))
         """, env=evlog_env({**otlp_receiver.env("grpc"), "EVLOG_CAPTURE": "off"}), timeout=180, check=True)
-    assert proc.stdout == b"ok\n"
+    found = json.loads(proc.stdout)
+    names = ("events.record", "agent_api.record", "MetricStream.add_value", "SimpleElasticAgent.run")
+    assert found["types when off"] == dict.fromkeys(names, "function"), found
+    assert found["patches wrap them"] == dict.fromkeys(names, True), found
+    assert found["patched again"] == {"events.record": True, "agent_api.record": True}, found
     otlp_receiver.wait_for(lambda: _named(otlp_receiver.logs(), "on again"))
     assert not _named(otlp_receiver.logs(), "while off")
