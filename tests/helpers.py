@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evlog.data.receiver import OTLPReceiver
 

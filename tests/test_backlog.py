@@ -29,7 +29,7 @@ def test_frames_come_out_in_order_through_memory_and_the_spool_file_which_leaves
 
 def test_past_the_spool_limit_frames_are_dropped_and_their_records_counted(tmp_path):
     b = Backlog(str(tmp_path), memory=100, spool=1000)
-    for i in range(30):
+    for _i in range(30):
         b.put(1, 7, b"x" * 90)
     kept = []
     while (entry := b.get(0)) is not None:

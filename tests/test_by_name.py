@@ -7,7 +7,6 @@ import json
 import subprocess
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 PROGRAM = r"""

@@ -12,11 +12,10 @@ import sys
 import urllib.request
 
 import pytest
-
+from helpers import evlog_env, run_instrumented, start_view, stop_view, wait_until
 from synthetic_run import MS, T0, log, logs_request, make_run, resource, span, traces_request, write_lines
 
 from evlog import cli
-from helpers import evlog_env, run_instrumented, start_view, stop_view, wait_until
 
 
 def run_cli(capsys, *argv):

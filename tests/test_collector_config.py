@@ -670,7 +670,7 @@ def test_dashboard_prometheus_queries_name_metrics_evlog_emits(path, datasources
             assert _check_metric_name(name, series), \
                 f"{path.name} / {title}: {name} is not the Prometheus name of any metric in docs/conventions.md"
         for rx in regexes:
-            literal = re.split(r"[.\[(*+?\\^$|]", rx, 1)[0]
+            literal = re.split(r"[.\[(*+?\\^$|]", rx, maxsplit=1)[0]
             assert any(t.split("{", 1)[0] == literal for t in templated), \
                 f"{path.name} / {title}: __name__=~{rx!r} matches no templated metric family in conventions.md"
         unknown = labels - labels_ok
@@ -721,7 +721,7 @@ def test_overview_dashboard_shows_what_daggerwebdash_shows(datasources, conventi
     dashboard = json.loads((CONFIG_DIR / "grafana" / "dashboards" / "evlog-overview.json").read_text())
     used = set()
     traceql = []
-    for title, expr in _prometheus_queries(dashboard, datasources):
+    for _title, expr in _prometheus_queries(dashboard, datasources):
         names, regexes, _labels = promql_names(expr)
         used |= names | {r.split(".", 1)[0] for r in regexes}
     for panel in _panels(dashboard):
@@ -758,12 +758,11 @@ def test_backends_doc_covers_the_issue():
 
 from google.protobuf import json_format  # noqa: E402
 from google.protobuf.descriptor import FieldDescriptor as FD  # noqa: E402
+from helpers import ID_BYTES, hex_ids_to_base64  # noqa: E402
+from helpers import is_repeated as _repeated  # noqa: E402
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2  # noqa: E402
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2  # noqa: E402
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # noqa: E402
-
-from helpers import ID_BYTES, hex_ids_to_base64  # noqa: E402
-from helpers import is_repeated as _repeated  # noqa: E402
 
 REQUESTS = {
     "traces": ("resourceSpans", trace_service_pb2.ExportTraceServiceRequest),

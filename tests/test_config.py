@@ -4,10 +4,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from evlog import config
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 
 def test_defaults_are_the_embedded_run_folder_and_documented_values():

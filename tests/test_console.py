@@ -16,9 +16,9 @@ import time
 import tty
 
 import pytest
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 from evlog.wire.console import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 LAUNCHER = [PYTHON, "-m", "evlog.launcher"]
 

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from evlog.builders import console_parse as cp
-from evlog.wire.console import KIND_CONTEXT, KIND_EXIT, MarkerSplitter, encode_marker, marker_prefix
 from evlog.builders.redact import MASK, Redactor
+from evlog.wire.console import KIND_CONTEXT, KIND_EXIT, MarkerSplitter, encode_marker, marker_prefix
 
 
 def feed(parser, data, stream="stdout", chunk=None):

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from helpers import PYTHON, evlog_env, run_instrumented
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
@@ -20,7 +21,6 @@ from evlog.processors import install_default
 from evlog.processors.builtin import BuiltinLog
 from evlog.processors.on_provider import add_span_processor
 from evlog.processors.registry import registry
-from helpers import PYTHON, evlog_env, run_instrumented
 
 CONSUMER_METRICS = {
     "evlog.worker.saturation", "evlog.processor.saturation", "evlog.event.saturation",

@@ -183,7 +183,7 @@ def send_spans(serve, n: int, run: str = "") -> None:
 
     tp = TracerProvider(resource=Resource.create({"service.name": "later", **({"evlog.run.id": run} if run else {})}))
     tp.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"127.0.0.1:{serve.grpc}", insecure=True)))
-    for i in range(n):
+    for _i in range(n):
         with tp.get_tracer("t").start_as_current_span("futures.task later"):
             pass
     tp.shutdown()

@@ -16,9 +16,21 @@ import os
 import re
 
 import pytest
-
-from helpers import (NEEDS_CHROMIUM, REPORT_APP, click_bar, click_element, element_center, no_exceptions, open_page,
-                     run_app, shoot, start_view, stop_view, viewed, wait_until)
+from helpers import (
+    NEEDS_CHROMIUM,
+    REPORT_APP,
+    click_bar,
+    click_element,
+    element_center,
+    no_exceptions,
+    open_page,
+    run_app,
+    shoot,
+    start_view,
+    stop_view,
+    viewed,
+    wait_until,
+)
 
 pytestmark = NEEDS_CHROMIUM
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import NEEDS_CHROMIUM, Serve, no_exceptions, open_page, viewed
 
 pytestmark = NEEDS_CHROMIUM

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from helpers import NEEDS_CHROMIUM, click_element, no_exceptions, open_page, viewed
 
 pytestmark = NEEDS_CHROMIUM

@@ -4,9 +4,7 @@ selector, and a clicked task's own samples."""
 from __future__ import annotations
 
 import pytest
-
-from helpers import (NEEDS_CHROMIUM, PROFILE_DASK_APP, PROFILE_TASKS, click_bar, click_element, no_exceptions, open_page,
-                     viewed)
+from helpers import NEEDS_CHROMIUM, PROFILE_DASK_APP, PROFILE_TASKS, click_bar, click_element, no_exceptions, open_page, viewed
 
 pytestmark = NEEDS_CHROMIUM
 

@@ -9,7 +9,6 @@ import shutil
 import sys
 
 import pytest
-
 from helpers import NEEDS_CHROMIUM, no_exceptions, open_page, shoot, start_view, stop_view, viewed
 
 pytestmark = NEEDS_CHROMIUM

@@ -17,7 +17,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, wait_for_scheduler_file
 from helpers import start_instrumented as _start
 from helpers import stop_processes as _stop

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import subprocess
+import textwrap
 
 import pytest
-
 from helpers import PYTHON, evlog_env, run_instrumented
 
 APP = r'''

@@ -17,9 +17,18 @@ import subprocess
 import sys
 
 import pytest
-
-from helpers import (CHROMIUM, PYTHON, Browser, evlog_env, run_instrumented, start_instrumented, start_view, stop_processes,
-                     stop_view, wait_for_scheduler_file)
+from helpers import (
+    CHROMIUM,
+    PYTHON,
+    Browser,
+    evlog_env,
+    run_instrumented,
+    start_instrumented,
+    start_view,
+    stop_processes,
+    stop_view,
+    wait_for_scheduler_file,
+)
 from plain_receiver import PlainReceiver, attrs
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")

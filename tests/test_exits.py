@@ -11,7 +11,6 @@ import textwrap
 import time
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented, wait_until
 
 

@@ -9,7 +9,6 @@ import textwrap
 import threading
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from receiver import CollectingReceiver
 
@@ -82,7 +81,7 @@ def test_a_stalled_collector_never_blocks_the_program_and_loses_nothing():
         got.extend(rows)
 
     r = CollectingReceiver()
-    r._sink = sink  # noqa: the receiver's sink, replaced by one that stalls
+    r._sink = sink  # the receiver's sink, replaced by one that stalls
     r.start()
     try:
         code = """

@@ -32,9 +32,9 @@ import urllib.error
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings, strategies as st
-
 from helpers import PYTHON, ServeProcess, evlog_env, read_run_folder, run_instrumented, without_run_folder_notice
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("grpc")
 pytest.importorskip("opentelemetry.proto")
@@ -43,8 +43,7 @@ import grpc  # noqa: E402
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest  # noqa: E402
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest  # noqa: E402
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
-from opentelemetry.proto.common.v1.common_pb2 import (  # noqa: E402
-    AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue, KeyValueList  # noqa: E402
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs  # noqa: E402
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as m_pb  # noqa: E402
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource  # noqa: E402

@@ -16,9 +16,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 from evlog.observed.targets import TARGETS
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 RUNS = 50
 

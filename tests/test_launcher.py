@@ -9,7 +9,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 FAMILY = """

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import PYTHON, evlog_env, run_instrumented
 
 

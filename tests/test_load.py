@@ -15,7 +15,6 @@ import subprocess
 import threading
 
 import pytest
-
 from helpers import PYTHON, ServeProcess, evlog_env, run_instrumented
 
 

@@ -20,7 +20,6 @@ import stat
 import subprocess
 
 import pytest
-
 from helpers import PYTHON, ServeProcess, evlog_env, free_port, run_instrumented, wait_until
 
 

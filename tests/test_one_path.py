@@ -9,7 +9,6 @@ import textwrap
 import time
 
 import pytest
-
 from helpers import PYTHON, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs
 

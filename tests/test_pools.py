@@ -13,7 +13,6 @@ import subprocess
 from collections import Counter
 
 import pytest
-
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from receiver import CollectingReceiver
 
@@ -937,8 +936,8 @@ def test_chunk_mode_replaces_the_pools_chunk_functions_by_reference_and_uninstru
 
 
 def test_chunk_spans_are_task_executions_for_the_consumers_and_the_viewer():
-    from evlog.processors import spans
     from evlog.data.store import ingest, schema
+    from evlog.processors import spans
 
     for name in ("futures.chunk f", "multiprocessing.chunk Model.predict"):
         assert spans.category_of(name) == spans.COMPUTE, name  # worker saturation counts their time

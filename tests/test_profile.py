@@ -13,11 +13,12 @@ import threading
 from concurrent import futures
 
 import grpc
-import pytest
-from helpers import PROFILE_DASK_APP as DASK_APP, PROFILE_TASKS as TASKS, PYTHON, Serve, evlog_env, run_instrumented
-from plain_receiver import PlainReceiver, attrs, value
-
 import pprof_proto
+import pytest
+from helpers import PROFILE_DASK_APP as DASK_APP
+from helpers import PROFILE_TASKS as TASKS
+from helpers import PYTHON, Serve, evlog_env, run_instrumented
+from plain_receiver import PlainReceiver, attrs, value
 
 # TASKS (tasks.py) and DASK_APP are shared with the dashboard's flame graph tests: they live in helpers
 
@@ -187,7 +188,7 @@ def test_process_pool_tasks_get_the_attribute_the_records_and_the_report(tmp_pat
                     if s.name.startswith("futures.task ") and attrs(s.attributes)["code.function.name"] == name]
             assert len(tops) == 8 and sum(t is not None for t in tops) >= 6, tops
             assert all(t.startswith(f"{fn} ") for t in tops if t), tops
-        for res, rec in _profiles(r):
+        for _res, rec in _profiles(r):
             a = attrs(rec.attributes)
             for stack, _values, _labels in pprof_proto.samples(_pprof(rec)):
                 assert stack[-1] == a["code.function.name"].rpartition(".")[2]  # cut at the pool's wrapper

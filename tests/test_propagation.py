@@ -111,7 +111,7 @@ def _check_parents(receiver, out, keys, batched: bool = False):
     for k in keys:
         for s in got[k].values():
             if batched:
-                batch = receiver.wait_for(lambda: [b for _r, b in receiver.spans() if b.span_id == s.parent_span_id])[0]
+                batch = receiver.wait_for(lambda s=s: [b for _r, b in receiver.spans() if b.span_id == s.parent_span_id])[0]
                 assert batch.name == "dask.batch probe" and batch.trace_id == s.trace_id != trace_id
                 group = [g for _r, g in receiver.spans() if g.span_id == batch.links[0].span_id][0]
                 assert group.name == "dask.group probe" and group.trace_id == trace_id and group.parent_span_id in ours

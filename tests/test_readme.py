@@ -7,12 +7,12 @@ import pathlib
 import re
 import shutil
 import subprocess
-import tomllib
 
+import tomllib
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from packaging.requirements import Requirement
 
 from evlog import config
-from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from receiver import CollectingReceiver
 
 from evlog.data.otlp_decode import (
     DecodeError,
@@ -47,7 +48,6 @@ from evlog.data.otlp_decode import (
     to_otlp_json,
 )
 from evlog.data.receiver import OTLPReceiver
-from receiver import CollectingReceiver
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,9 +11,7 @@ import os
 import subprocess
 
 import pytest
-
-from helpers import (CHROMIUM, PYTHON, REPORT_APP, Browser, evlog_env, no_exceptions, open_page, run_app,
-                     start_view, stop_view)
+from helpers import CHROMIUM, PYTHON, REPORT_APP, Browser, evlog_env, no_exceptions, open_page, run_app, start_view, stop_view
 
 pytestmark = pytest.mark.slow
 
@@ -234,8 +232,8 @@ def test_a_second_life_never_stands_in_for_the_life_that_computed(futures_run):
 
 
 def test_a_second_life_is_no_gantt_bar_and_no_task_of_its_own_in_progress(futures_run):
-    from evlog.data.run_reader import RunFolder
     from evlog.data.panels.progress import progress
+    from evlog.data.run_reader import RunFolder
     from evlog.data.store import CAT_SCHED_TASK, Store
 
     store = Store(None)

@@ -11,7 +11,6 @@ import os
 import subprocess
 
 import pytest
-
 from helpers import PYTHON, evlog_env, run_app
 
 APP = r'''

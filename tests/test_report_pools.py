@@ -12,7 +12,6 @@ import os
 import subprocess
 
 import pytest
-
 from helpers import CHROMIUM, PYTHON, evlog_env, no_exceptions, open_page, run_app, start_view, stop_view
 
 APP = r'''

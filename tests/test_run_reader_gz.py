@@ -16,8 +16,9 @@ import os
 import subprocess
 import sys
 
-from helpers import PYTHON, evlog_env, gzip_members as _members, gzip_run_folder as _compress_folder
-from helpers import hex_ids_to_base64, run_instrumented
+from helpers import PYTHON, evlog_env, hex_ids_to_base64, run_instrumented
+from helpers import gzip_members as _members
+from helpers import gzip_run_folder as _compress_folder
 from synthetic_run import make_run
 
 from evlog.data.run_reader import RunFolder

@@ -14,7 +14,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from helpers import Serve
 from synthetic_run import make_run, resource, span, traces_request
 
@@ -267,9 +266,8 @@ def test_data_survives_a_restart_and_the_cli_reads_it(tmp_path, capsys):
 
 
 def test_live_updates_arrive_over_server_sent_events(serve):
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
     import aiohttp
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
     async def read_updates():
         async with aiohttp.ClientSession() as session:
@@ -302,8 +300,8 @@ def test_live_updates_arrive_over_server_sent_events(serve):
 
 def test_protobuf_and_json_paths_store_the_same_task(tmp_path):
     """`evlog serve` keeps protobuf spans raw; a run folder stores JSON: both read back the same."""
-    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
     from google.protobuf import json_format
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     folder = tmp_path / "run"
     info = make_run(str(folder), n_tasks=6)

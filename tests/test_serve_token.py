@@ -15,6 +15,7 @@ from signal import SIGTERM
 import grpc
 import pytest
 import requests
+from helpers import PYTHON, evlog_env, run_instrumented, wait_until
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
@@ -23,8 +24,6 @@ from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
-
-from helpers import PYTHON, evlog_env, run_instrumented, wait_until
 
 TOKEN = "t0k-en+/=%"  # "%" must go percent-encoded in OTEL_EXPORTER_OTLP_HEADERS
 T0 = 1_700_000_000_000_000_000

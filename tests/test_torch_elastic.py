@@ -10,7 +10,6 @@ import os
 import sys
 
 import pytest
-
 from helpers import evlog_env, run_instrumented
 from receiver import CollectingReceiver
 

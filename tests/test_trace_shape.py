@@ -8,7 +8,6 @@ import os
 from collections import Counter, defaultdict
 
 import pytest
-
 from helpers import PYTHON, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs
 
@@ -83,7 +82,7 @@ def test_every_task_of_the_big_map_arrives_in_traces_within_backend_limits(shape
                    if s.name == "dask.execute maybe_fail")
     assert len(keys) == N and set(keys.values()) == {1}
     per_trace: dict = defaultdict(lambda: [0, 0])
-    for res, s in spans:
+    for _res, s in spans:
         t = per_trace[s.trace_id]
         t[0] += 1
         t[1] += s.ByteSize()
@@ -129,10 +128,10 @@ def test_erred_tasks_of_the_big_map_are_links_on_its_group_span(shaped):
 @pytest.mark.slow  # the 20,000-task map: about 30 s
 def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shaped, capsys):
     from evlog import cli
-    from evlog.report.model import build
     from evlog.data.panels import gantt as gantt_panel
     from evlog.data.run_reader import RunFolder
     from evlog.data.store import Store
+    from evlog.report.model import build
 
     _r, run = shaped
     store = Store(None)

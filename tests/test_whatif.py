@@ -126,7 +126,7 @@ def _chunk(first: int, calls: int, start: float, seconds: float, pid: int) -> di
 
 
 def test_a_pool_map_is_chunked_again_as_the_pool_would_for_another_count():
-    from evlog.report.whatif_run import _units, pool_what_if, parse_shape
+    from evlog.report.whatif_run import _units, parse_shape, pool_what_if
 
     # Pool.map of 40 calls of 0.1 s on 2 processes: chunks of 5 (40 / (2 x 4)), 4 per process
     rows = [_chunk(5 * k, 5, 0.5 * (k // 2), 0.5, 100 + k % 2) for k in range(8)]

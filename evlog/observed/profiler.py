@@ -33,6 +33,15 @@ _get_ident = threading.get_ident
 _active: dict = {}  # thread ident -> the Slot of the task span it runs now
 _sampler: list = []  # [Sampler or None once decided]
 _lock = threading.Lock()
+# Code that ends a task span, run by the frame that started the task before the span leaves the
+# profiler (a pool task span's end()): a sample taken there is evlog's bookkeeping, not the task.
+# The sampler's GIL request is often granted at that call, right after the task's function returns.
+_ENDING: set = set()
+
+
+def ends_tasks(code) -> None:
+    """``code`` ends task spans (see _ENDING): samples whose outermost kept frame it is are not taken."""
+    _ENDING.add(code)
 
 
 class Slot:
@@ -180,7 +189,7 @@ class Sampler:
         cap = int(interval * 10e9)  # one sample stands for at most 10 intervals of wall time
         sleep, now_ns, cpu_time = time.sleep, time.perf_counter_ns, time.thread_time
         current_frames = sys._current_frames
-        active, append = _active, self._log.append
+        active, append, ending = _active, self._log.append, _ENDING
         pid = self._pid
         last = now_ns()
         skip = 0
@@ -209,7 +218,7 @@ class Sampler:
                 while f is not None and f is not stop:
                     codes.append(f.f_code)
                     f = f.f_back
-                if not codes:
+                if not codes or codes[-1] in ending:
                     continue
                 leaf = slot.leaf
                 top = codes[0]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import inspect
 
 from distributed.scheduler import TaskGroup, TaskPrefix, TaskState
-from opentelemetry.sdk.resources import Resource
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

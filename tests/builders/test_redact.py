@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import string
 
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from evlog.builders.redact import KEY_BEGIN, KEY_END, MASK, Redactor
 

@@ -10,10 +10,10 @@ import warnings
 import pytest
 from opentelemetry import context, trace
 from opentelemetry._logs import LogRecord, SeverityNumber
-from opentelemetry.metrics import Observation
 from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
 from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.metrics import Observation
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordLimits, LogRecordProcessor
 from opentelemetry.sdk.metrics import Counter, MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader

@@ -27,6 +27,7 @@ from evlog.observed import records
 from evlog.observed.own_spans import RecordedSpan
 from evlog.observed.own_spans import consumers as _consumers
 from evlog.observed.own_spans import decide as _decide
+from evlog.observed.profiler import ends_tasks as _profile_ends_tasks
 from evlog.observed.profiler import enter as _profile_enter
 from evlog.observed.profiler import leave_span as _profile_leave
 from evlog.wire import kinds
@@ -79,6 +80,9 @@ class TaskSpan(RecordedSpan):
             (parent.trace_id, parent.span_id, int(parent.trace_flags), parent.is_remote) if parent is not None else None,
             self.start_time, self.end_time, self.attributes,
             tuple(self.events) if self.events else None, tuple(self.links) if self.links else None, self.status))
+
+
+_profile_ends_tasks(TaskSpan.end.__code__)  # a sample taken in end() is not the task's
 
 
 def start(scope: str, name: str, attributes: dict, parent) -> trace.Span:
