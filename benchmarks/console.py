@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -59,8 +60,8 @@ def run(instrumented: bool, lines: int, workdir: str, tag: str, buffering: str) 
 def count(run_dir: str) -> tuple[int, int]:
     """(console text records, lines the DROPPED notices account for) in a run folder."""
     records = dropped = 0
-    for path in glob.glob(os.path.join(run_dir, "logs*.jsonl")):
-        with open(path, encoding="utf-8") as fh:
+    for path in glob.glob(os.path.join(run_dir, "logs*.jsonl*")):
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as fh:
             for line in fh:
                 for rl in json.loads(line).get("resourceLogs", []):
                     for sl in rl.get("scopeLogs", []):
