@@ -364,6 +364,9 @@ def _receiver_status(receiver: Any, ingestor: Any) -> dict:
             "refused_rows": ingestor.refused_rows, "write_errors": ingestor.write_errors}
 
 
+VIEW_PENDING = 20_000  # decoded rows `evlog view` holds while the store writes them (a few MB each thousand)
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
@@ -381,7 +384,9 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))
-    ingestor = Ingestor(store)
+    # the reader waits for the writer rather than holding decoded rows: a folder of a million spans is read
+    # in the memory of VIEW_PENDING rows
+    ingestor = Ingestor(store, max_pending_rows=VIEW_PENDING, max_batch_rows=VIEW_PENDING // 2)
     # how far the folder is read: "loading" until everything in it when `view` started is stored, then
     # "live" (following the run) or "loaded"; read, total: bytes of its files (compressed ones as they are)
     progress = {"state": "loading", "read": 0, "total": rf.bytes_total, "rows": 0}

@@ -360,6 +360,14 @@ _shared: dict = {}
 _SHARED_MAX = 1 << 18  # strings kept for sharing; cleared past it (between requests)
 
 
+def shared_strings():
+    """``share(s, s)``: ``s``, or the equal string met before (what the fast decoder gives rows), for a
+    reader that builds rows of its own (evlog.data.store.rows)."""
+    if len(_shared) > _SHARED_MAX:
+        _shared.clear()
+    return _shared.setdefault
+
+
 class _NotPlain(Exception):
     """A span the fast decoder leaves to the full one."""
 
