@@ -289,7 +289,7 @@ def main() -> None:
         line("throughput", med([r["tasks"] / r["seconds"] for r in p]), med([r["tasks"] / r["seconds"] for r in e]),
              "graph tasks/s")
         line("process tree peak RSS", med([r["tree_peak"] for r in p]) / 1e6, med([r["tree_peak"] for r in e]) / 1e6, "MB")
-        for role in ("client+scheduler", "worker"):
+        for role in ("client+scheduler", "worker", "resource tracker"):
             line(f"{role} peak RSS", med([r["roles"].get(role, 0) for r in p]) / 1e6,
                  med([r["roles"].get(role, 0) for r in e]) / 1e6, "MB")
         for role in ("exporter", "launcher", "console relay"):
