@@ -39,6 +39,7 @@ KIND = wire.TRANSITIONS
 #   end: time of its first transition to memory/erred/forgotten; state: that transition's finish
 #   at end: (nbytes, suspicious, compute seconds) from its memory/erred transition
 _SN, _INFO, _TRANS, _END, _STATE, _WORKER, _DEPS, _ERR, _AT_END = range(9)
+_RECORD = 7  # fields of a wire.dask.Transition: a waiting task's first record, kept as it came
 
 
 class Lives:
@@ -75,6 +76,13 @@ class Lives:
                 self._removed[stim] = extra
                 continue
             life = opened.get(key)
+            if life is None and (finish == "waiting" or finish == "queued") and info is not None:
+                # A task of a graph just submitted: its record as it came until its next one (a whole graph
+                # waits at once, so this is what the exporter holds per task: half of what a life takes).
+                opened[key] = rec if type(rec) is tuple else tuple(rec)
+                continue
+            if type(life) is tuple and len(life) == _RECORD:
+                life = self._life_of(life)  # a waiting task moves on
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1
                 worker, known = life if life is not None else (None, None)
@@ -124,11 +132,19 @@ class Lives:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
             for key, life in opened.items():
+                if type(life) is tuple and len(life) == _RECORD:
+                    life = self._life_of(life)
                 if type(life) is list:
                     self._emit(key, life, out)
             opened.clear()
             self._shapes.flush(out, self.resource())
         return out
+
+    def _life_of(self, rec: tuple) -> list:
+        """The life of a waiting task kept as its first record."""
+        self._serial += 1
+        _key, start, finish, stim, t, _extra, info = rec
+        return [self._serial, info, [(start, finish, stim, None, t)], None, None, None, None, None, None]
 
     def _emit(self, key, life: list, out: list) -> None:
         if not life[_TRANS] or life[_INFO] is None or self._only_released(life[_TRANS]):
