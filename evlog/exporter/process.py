@@ -467,7 +467,7 @@ class Builder:
     keep up (BEHIND spans or log records waiting at most), so a slow or absent collector, or a burst of
     console output, makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
 
-    BEHIND = 4096  # 8 export batches: enough to keep the export thread busy; each span held costs 1-3 KB
+    BEHIND = 16384
 
     def __init__(self, backlog, pipeline, clients: dict, logs=None, metrics=None):
         self.backlog = backlog
