@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -59,8 +60,8 @@ def run(instrumented: bool, lines: int, workdir: str, tag: str, buffering: str) 
 def count(run_dir: str) -> tuple[int, int]:
     """(console text records, lines the DROPPED notices account for) in a run folder."""
     records = dropped = 0
-    for path in glob.glob(os.path.join(run_dir, "logs*.jsonl")):
-        with open(path, encoding="utf-8") as fh:
+    for path in glob.glob(os.path.join(run_dir, "logs*.jsonl*")):
+        with (gzip.open if path.endswith(".gz") else open)(path, "rt", encoding="utf-8") as fh:
             for line in fh:
                 for rl in json.loads(line).get("resourceLogs", []):
                     for sl in rl.get("scopeLogs", []):
@@ -83,7 +84,7 @@ def figure(name: str, pairs: int, lines: int, workdir: str, buffering: str) -> N
         accounted.append(count(run_dir))
     p, e = statistics.median(plain), statistics.median(evlog)
     print(f"{name}: ratio {e / p:.2f} (plain {p:,.0f}, evlog {e:,.0f}, lines/s)")
-    for records, dropped in accounted:
+    for records, _dropped in accounted:
         if records == 0:
             raise SystemExit(f"{name}: no console records arrived: the instrumented run was not instrumented")
     exported = statistics.median(r for r, _ in accounted)

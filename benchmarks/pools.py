@@ -36,6 +36,7 @@ about 0.1 µs there, far less than any span.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -183,8 +184,8 @@ def _spans_in(folder: str) -> int:
     """Calls of the task and chunk spans in a run folder (OTLP/JSON lines)."""
     count = 0
     for name in os.listdir(folder):
-        if name.startswith("traces") and name.endswith(".jsonl"):
-            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+        if name.startswith("traces") and name.endswith((".jsonl", ".jsonl.gz")):
+            with (gzip.open if name.endswith(".gz") else open)(os.path.join(folder, name), "rt", encoding="utf-8") as fh:
                 for line in fh:
                     for rs in json.loads(line).get("resourceSpans", []):
                         for ss in rs.get("scopeSpans", []):
@@ -270,7 +271,7 @@ def main() -> None:
         return out
 
     try:
-        for i in range(rounds):
+        for _ in range(rounds):
             results["plain"].append(run("plain", cmd, {}))
             results["evlog"].append(run("evlog", evlog_cmd, {}))
             results["evlog_call"].append(run("evlog_call", evlog_cmd, {"EVLOG_POOL_SPANS": "call"},

@@ -118,7 +118,8 @@ def cmd_summary(args: argparse.Namespace) -> int:
         ("events", s["events"], ""),
         ("logs", s["logs"], ""),
         ("metric points", s["metric_points"], ""),
-        ("processes", s["processes"], f"{plus_exporters(s['exporters'])} ({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})".lstrip()),
+        ("processes", s["processes"],
+         f"{plus_exporters(s['exporters'])} ({s['hosts']:,} host{'s' if s['hosts'] != 1 else ''})".lstrip()),
         ("traces", s["traces"], _computations(s.get("computations") or 0)),
     ):
         print(f"{label:<14}{value:>12,}  {note}".rstrip())
@@ -295,8 +296,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _check_host(args.host, token)
     _need_view_extras("serve")
     from evlog.data.receiver import ListenError, OTLPReceiver
-    from evlog.viewer.server import Dashboard
     from evlog.data.store import Ingestor, Store, StoreError, decode_for_store
+    from evlog.viewer.server import Dashboard
 
     box: dict = {}
     receiver = OTLPReceiver(lambda signal, rows: box["ingestor"].submit(signal, rows), host=args.host,
@@ -364,6 +365,9 @@ def _receiver_status(receiver: Any, ingestor: Any) -> dict:
             "refused_rows": ingestor.refused_rows, "write_errors": ingestor.write_errors}
 
 
+VIEW_PENDING = 20_000  # decoded rows `evlog view` holds while the store writes them (a few MB each thousand)
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
@@ -376,12 +380,14 @@ def cmd_view(args: argparse.Namespace) -> int:
     _need_view_extras("view")
     import asyncio
 
-    from evlog.viewer.server import Dashboard
     from evlog.data.store import Ingestor, Store
+    from evlog.viewer.server import Dashboard
 
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
     store = Store(os.path.join(tmp, "view.sqlite"))
-    ingestor = Ingestor(store)
+    # the reader waits for the writer rather than holding decoded rows: a folder of a million spans is read
+    # in the memory of VIEW_PENDING rows
+    ingestor = Ingestor(store, max_pending_rows=VIEW_PENDING, max_batch_rows=VIEW_PENDING // 2)
     # how far the folder is read: "loading" until everything in it when `view` started is stored, then
     # "live" (following the run) or "loaded"; read, total: bytes of its files (compressed ones as they are)
     progress = {"state": "loading", "read": 0, "total": rf.bytes_total, "rows": 0}

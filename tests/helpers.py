@@ -112,17 +112,34 @@ def wait_until(fn, timeout: float = 30.0, what: str | Callable[[], str] = "", in
     raise AssertionError(f"timed out after {timeout} s" + (f" waiting for {what}" if what else "") + f"; last {last!r}")
 
 
+def run_files(path, signal: str = "") -> list[str]:
+    """A run folder's files of ``signal`` (traces, logs, metrics; all when empty): ``*.jsonl.gz`` as the
+    exporter process writes them, and ``*.jsonl`` as other writers (and older runs) do; sorted."""
+    names = glob.glob(os.path.join(str(path), f"{signal}*.jsonl")) + glob.glob(os.path.join(str(path), f"{signal}*.jsonl.gz"))
+    return sorted(names)
+
+
+def run_file_lines(path) -> list[bytes]:
+    """The lines of one run-folder file (gzip'd or not), each with its newline; a gzip file must be whole."""
+    import gzip
+
+    with open(path, "rb") as f:
+        data = f.read()
+    if str(path).endswith(".gz"):
+        data = gzip.decompress(data)
+    return data.splitlines(keepends=True)
+
+
 def read_run_folder(path: str) -> dict:
-    """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every *.jsonl line of a run folder."""
+    """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every line of a run folder's files."""
     from evlog.data import otlp_decode
 
     out = {"spans": [], "logs": [], "metrics": []}
     for sig, key, fn in (("traces", "spans", otlp_decode.decode_spans), ("logs", "logs", otlp_decode.decode_logs),
                             ("metrics", "metrics", otlp_decode.decode_metrics)):
-        for f in sorted(glob.glob(os.path.join(path, f"{sig}*.jsonl"))):
-            with open(f, encoding="utf-8") as fh:
-                for line in fh:
-                    out[key].extend(fn(json.loads(line)))
+        for f in run_files(path, sig):
+            for line in run_file_lines(f):
+                out[key].extend(fn(json.loads(line)))
     return out
 
 

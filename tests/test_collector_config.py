@@ -405,7 +405,7 @@ def test_sampling_variant_keeps_errors_and_slow_traces_and_counts_all_spans():
             assert pipe["processors"].index("tail_sampling") < pipe["processors"].index("batch")
 
 
-EVLOG_FILE_NAMES = {"traces": "traces-4242.jsonl", "metrics": "metrics-4242.jsonl", "logs": "logs-4242.jsonl"}
+EVLOG_FILE_NAMES = {"traces": "traces-4242.jsonl.gz", "metrics": "metrics-4242.jsonl.gz", "logs": "logs-4242.jsonl.gz"}
 
 
 def test_runfolder_config_reads_every_signal_file_evlog_writes_from_the_beginning():
@@ -419,6 +419,7 @@ def test_runfolder_config_reads_every_signal_file_evlog_writes_from_the_beginnin
         for rid in receivers:
             rcfg = cfg["receivers"][rid]
             assert rcfg.get("start_at") == "beginning", f"{rid}: the default start_at is end: old files would be skipped"
+            assert rcfg.get("compression") == "gzip", f"{rid}: evlog's run folder files are gzip"
             size = rcfg.get("max_log_size", "1MiB")
             m = re.fullmatch(r"(\d+)MiB", str(size))
             assert m and int(m.group(1)) >= 16, f"{rid}: max_log_size {size}: a batch of spans is one line, 1MiB default is too small"
@@ -821,6 +822,25 @@ def otlp_json_problems(obj, descriptor, path="") -> list[str]:
     return problems
 
 
+def gzip_members_of(path) -> list[bytes]:
+    """What each gzip member of ``path`` holds, read one member at a time: each must hold whole lines (a
+    member is one flush of the writer), and together they are the file as gzip reads it whole."""
+    import gzip
+    import zlib
+
+    with open(path, "rb") as f:
+        data = f.read()
+    members, pos = [], 0
+    while pos < len(data):
+        d = zlib.decompressobj(wbits=31)
+        members.append(d.decompress(data[pos:]))
+        assert d.eof, f"{path}: the gzip member at byte {pos} is cut short"
+        assert members[-1].endswith(b"\n"), f"{path}: the gzip member at byte {pos} ends inside a line"
+        pos = len(data) - len(d.unused_data)
+    assert b"".join(members) == gzip.decompress(data)
+    return members
+
+
 def check_run_folder_line(signal: str, line: str):
     """Parse one line as the otlpjsonfile receiver does; return the protobuf request."""
     top, request_cls = REQUESTS[signal]
@@ -943,12 +963,11 @@ def test_evlog_run_folder_lines_are_what_otlpjsonfile_reads(tmp_path):
 
     parsed = {}
     for signal in SIGNALS:
-        files = sorted(glob.glob(str(run_dir / f"{signal}*.jsonl")))
-        assert files, f"no {signal}*.jsonl in the run folder: {sorted(os.listdir(run_dir)) if run_dir.exists() else 'no folder'}"
+        files = sorted(glob.glob(str(run_dir / f"{signal}*")))
+        assert files, f"no {signal} file in the run folder: {sorted(os.listdir(run_dir)) if run_dir.exists() else 'no folder'}"
         for f in files:
-            assert fnmatch.fnmatch(os.path.basename(f), f"{signal}-*.jsonl")
-            with open(f, encoding="utf-8", newline="") as fh:
-                lines = fh.readlines()
+            assert fnmatch.fnmatch(os.path.basename(f), f"{signal}-*.jsonl.gz")
+            lines = [line for member in gzip_members_of(f) for line in member.decode("utf-8").splitlines(keepends=True)]
             assert lines, f"{f} is empty"
             for n, line in enumerate(lines, 1):
                 try:

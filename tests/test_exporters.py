@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from helpers import evlog_env, read_run_folder, run_instrumented
+from helpers import evlog_env, read_run_folder, run_file_lines, run_files, run_instrumented
 
 SIGNALS_PROGRAM = """
 from opentelemetry import trace, metrics, _logs
@@ -47,8 +47,8 @@ def test_concurrent_processes_never_tear_or_interleave_lines(tmp_path):
     """
     run_instrumented(code, env=evlog_env(EVLOG_RUN_DIR=tmp_path, EVLOG_CONSUMERS="none"), check=True, timeout=180)
     lines = 0
-    for f in tmp_path.glob("traces-*.jsonl"):
-        for line in f.read_text().splitlines():
+    for f in run_files(tmp_path, "traces"):
+        for line in run_file_lines(f):
             json.loads(line)  # a torn or interleaved line would not parse
             lines += 1
     spans = read_run_folder(str(tmp_path))["spans"]
@@ -107,3 +107,45 @@ def test_run_folder_span_lines_are_the_full_encoders_json_byte_for_byte():
     line = otlp_json.encode_spans_text(spans)
     assert line == otlp_json.dumps(otlp_json.encode_spans(spans))  # key order and whitespace included
     assert len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]) == 40
+
+
+def test_the_writer_makes_a_gzip_member_per_flush_and_a_cut_file_reads_to_its_last_whole_member(tmp_path):
+    """What SIGKILL or os._exit of the exporter process in the middle of a write leaves: a gzip file whose last
+    member is cut. Every whole member before it is one flush, its whole lines read back."""
+    import os
+    import zlib
+
+    from synthetic_run import make_run
+
+    from evlog.data.run_reader import RunFolder
+    from evlog.exporter.run_writer import RunFolderWriter
+
+    make_run(str(tmp_path / "src"), n_tasks=60, batch=10, metadata=0)
+    with open(tmp_path / "src" / "traces-100.jsonl", encoding="utf-8") as f:
+        requests = [json.loads(line) for line in f]
+    assert len(requests) >= 4
+    writer = RunFolderWriter(str(tmp_path / "run"), "traces")
+    for request in requests:
+        assert writer.write(request)
+    writer.close()
+    (path,) = run_files(tmp_path / "run")
+    assert path == str(tmp_path / "run" / f"traces-{os.getpid()}.jsonl.gz")
+    data = open(path, "rb").read()
+    ends, pos = [], 0
+    while pos < len(data):  # one whole member per write, one line in each
+        d = zlib.decompressobj(wbits=31)
+        text = d.decompress(data[pos:])
+        assert d.eof and text.count(b"\n") == 1 and text.endswith(b"\n"), pos
+        pos = len(data) - len(d.unused_data)
+        ends.append(pos)
+    assert len(ends) == len(requests)
+    whole = RunFolder(str(tmp_path / "run"))
+    all_rows = [r for _s, rows in whole.read_all() for r in rows]
+    with open(path, "r+b") as f:
+        f.truncate(ends[-2] + (ends[-1] - ends[-2]) // 2)  # killed while writing the last member
+    cut = RunFolder(str(tmp_path / "run"))
+    rows = [r for _s, rs in cut.read_all() for r in rs]
+    last = sum(len(ss["spans"]) for rs in requests[-1]["resourceSpans"] for ss in rs["scopeSpans"])
+    assert rows == all_rows[:len(all_rows) - last] and len(rows) > 0
+    assert cut.problems == [f"{path}: byte {ends[-2]}: incomplete last gzip member "
+                            f"({(ends[-1] - ends[-2]) // 2:,} bytes), skipped"]

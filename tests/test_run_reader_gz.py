@@ -5,8 +5,9 @@ whole member at a time; a corrupt member reported by file and byte, the rest rea
 file is OTLP/JSON the stock protobuf JSON parser reads (what the Collector's otlpjsonfile receiver does
 with ``compression: gzip``).
 
-The files are made here from run folders (a synthetic one, and a real run's) grouping their lines into
-members as a writer's flushes would, a line cut across two members included."""
+The files are made here from a synthetic run folder, grouping its lines into members as a writer's
+flushes would, a line cut across two members included; and a real run's are read as its exporter
+process wrote them."""
 from __future__ import annotations
 
 import glob
@@ -153,12 +154,14 @@ def test_a_real_runs_compressed_lines_parse_with_the_stock_protobuf_parser(tmp_p
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     (tmp_path / "app.py").write_text(APP)
-    plain = tmp_path / "run"
-    p = run_instrumented([PYTHON, str(tmp_path / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(plain)),
+    run = tmp_path / "run"
+    p = run_instrumented([PYTHON, str(tmp_path / "app.py")], env=evlog_env(EVLOG_RUN_DIR=str(run)),
                          cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr.decode(errors="replace")
-    packed = str(tmp_path / "packed")
-    members = _compress_folder(str(plain), packed, per=1, cut=False)
+    members = glob.glob(str(run / "*.jsonl.gz"))  # as the run's exporter process writes them
+    assert {os.path.basename(m).split("-")[0] for m in members} == {"traces", "logs", "metrics"}, os.listdir(run)
+    plain = tmp_path / "plain"
+    plain.mkdir()
     classes = {"traces": ExportTraceServiceRequest, "logs": ExportLogsServiceRequest,
                "metrics": ExportMetricsServiceRequest}
     parsed = {k: 0 for k in classes}
@@ -166,14 +169,16 @@ def test_a_real_runs_compressed_lines_parse_with_the_stock_protobuf_parser(tmp_p
     for path in members:
         signal = os.path.basename(path).split("-")[0]
         with gzip.open(path, "rt", encoding="utf-8") as f:  # the stdlib reads every member, as the Collector does
-            for line in f:
-                cls = classes[signal]
-                msg = json_format.Parse(json.dumps(hex_ids_to_base64(json.loads(line), cls.DESCRIPTOR)), cls())
-                parsed[signal] += 1
-                if signal == "traces":
-                    spans += sum(len(ss.spans) for rs in msg.resource_spans for ss in rs.scope_spans)
+            lines = f.readlines()
+        (plain / os.path.basename(path)[:-3]).write_text("".join(lines), encoding="utf-8")
+        for line in lines:
+            cls = classes[signal]
+            msg = json_format.Parse(json.dumps(hex_ids_to_base64(json.loads(line), cls.DESCRIPTOR)), cls())
+            parsed[signal] += 1
+            if signal == "traces":
+                spans += sum(len(ss.spans) for rs in msg.resource_spans for ss in rs.scope_spans)
     assert all(parsed.values()), parsed
     assert spans >= 40  # a span per pool task at least
     want, _ = _rows(str(plain))
-    got, problems = _rows(packed)
+    got, problems = _rows(str(run))
     assert got == want and not problems

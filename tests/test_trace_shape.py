@@ -4,11 +4,10 @@ plain OTLP receiver; the run folder written beside it shows the map as one compu
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter, defaultdict
 
 import pytest
-from helpers import PYTHON, evlog_env, run_instrumented
+from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
 from plain_receiver import PlainReceiver, attrs
 
 N = 20000
@@ -140,14 +139,7 @@ def test_evlog_view_shows_the_big_map_as_one_computation_with_all_its_tasks(shap
     assert summary["computations"] == 2 and summary["traces"] > 10
     gantt = gantt_panel.gantt(store)
     assert gantt["total"] == N + 169
-    rows = []
-    for f in sorted(os.listdir(run)):
-        if f.startswith("traces"):
-            from evlog.data import otlp_decode
-
-            with open(run / f) as fh:
-                for line in fh:
-                    rows.extend(otlp_decode.decode_spans(json.loads(line)))
+    rows = read_run_folder(str(run))["spans"]
     comps = {c.method: c for c in build(rows)}
     assert set(comps) == {"get", "map"}
     assert len(comps["map"].tasks) == N and len(comps["get"].tasks) == 169

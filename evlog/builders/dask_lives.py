@@ -33,6 +33,7 @@ from evlog.wire import dask as wire
 GRACE = 2.0  # seconds a finished task span waits for its release/forget transitions
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 KIND = wire.TRANSITIONS
+_RECORD = 7  # fields of a wire.dask.Transition: a waiting task's first record, kept as it came
 
 
 
@@ -87,6 +88,13 @@ class Lives:
                 self._removed[stim] = extra
                 continue
             life = opened.get(key)
+            if life is None and (finish == "waiting" or finish == "queued") and info is not None:
+                # A task of a graph just submitted: its record as it came until its next one (a whole graph
+                # waits at once, so this is what the exporter holds per task: half of what a life takes).
+                opened[key] = rec if type(rec) is tuple else tuple(rec)
+                continue
+            if type(life) is tuple and len(life) == _RECORD:
+                life = self._life_of(life)  # a waiting task moves on
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1
                 worker, known = life if life is not None else (None, None)
@@ -136,11 +144,21 @@ class Lives:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
             for key, life in opened.items():
+                if type(life) is tuple and len(life) == _RECORD:
+                    life = self._life_of(life)
                 if type(life) is Life:
                     self._emit(key, life, out)
             opened.clear()
             self._shapes.flush(out, self.resource())
         return out
+
+    def _life_of(self, rec: tuple) -> Life:
+        """The life of a waiting task kept as its first record."""
+        self._serial += 1
+        _key, start, finish, stim, t, _extra, info = rec
+        life = Life(self._serial, info, None)
+        life.trans.append((start, finish, stim, None, t))
+        return life
 
     def _emit(self, key, life: Life, out: list) -> None:
         if not life.trans or life.info is None or self._only_released(life.trans):

@@ -25,11 +25,11 @@ The shape record: evlog/wire/dask.py.
 from __future__ import annotations
 
 import random
+from array import array
 
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog import propagation
-
 from evlog.builders.dask_spans import SCOPE, UNSET
 from evlog.builders.span_data import SpanData, SpanLink
 
@@ -48,7 +48,7 @@ class _Group:
         self.tasks, self.batches, self.open = tasks, batches, 0
         self.start = self.end = None
         self.states: dict = {}  # final state -> tasks
-        self.compute: list = []  # seconds of compute of each task that ran
+        self.compute = array("d")  # seconds of compute of each task that ran (8 bytes each: a group may be a million tasks)
         self.erred: list = []  # SpanLinks to erred tasks' spans (up to MAX_LINKS)
         self.links: list = []  # SpanLinks to the batch spans (up to MAX_LINKS)
 

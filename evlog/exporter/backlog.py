@@ -14,7 +14,7 @@ import struct
 import threading
 from collections import deque
 
-MEMORY = 32 << 20
+MEMORY = 8 << 20  # about 80,000 Dask transitions: a burst waits here, a lasting lag in the spool file
 SPOOL = 1 << 30
 _ENTRY = struct.Struct("<iII")  # client id (-1 - id: the client's end), records, bytes
 

@@ -338,7 +338,7 @@ class Pipeline:
                 for sink in self.sinks or ():
                     sink.export()
 
-    def finish(self, clock: "ExitClock") -> None:
+    def finish(self, clock: ExitClock) -> None:
         """Export what is held until ``clock``'s deadline; count the rest."""
         self._stop = True
         for sink in self.sinks or ():

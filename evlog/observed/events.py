@@ -14,22 +14,26 @@ this process saw here, so a program can ask without a round trip:
   stimulus ids), ``[Transition(key, start, finish, stimulus_id, worker, time), ...]`` in time order,
   like ``Scheduler.story``. Empty in a process that runs no Dask scheduler.
 
-Bounds: EVENTS_PER_TOPIC events per topic, TOPICS topics (the oldest topic goes first), and
-TRANSITIONS transitions; older entries are dropped.
+Bounds: EVENTS_PER_TOPIC events per topic, TOPICS topics (the oldest topic goes first), and the
+newest TRANSITIONS transitions; older entries are dropped. The ledger answers for what the scheduler
+is doing now and did last, as Dask's own ``Scheduler.story`` does from its transition log (bounded
+by ``distributed.admin.low-level-log-length``, 1,000 in Dask 2026.8); the whole run's story is in its
+telemetry (``evlog story KEY RUN_DIR``), so the ledger's memory stays the same for a graph of a
+thousand tasks or a million.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
 
-from evlog import stats
-from evlog import notices
+from evlog import notices, stats
 
 EVENTS_PER_TOPIC = 10_000
 TOPICS = 1_024
-TRANSITIONS = 200_000
+TRANSITIONS = 20_000  # about 4,000 tasks' stories; a few MB in the scheduler's process
 EVENT_NAME = "evlog.log_event"
 TOPIC_ATTRIBUTE = "evlog.topic"
 
@@ -119,16 +123,17 @@ def _topics(topic) -> list[str]:
 
 def record_transitions(items: Iterable[tuple]) -> None:
     """Keep scheduler transitions as the Dask instrumentation records them, ``(key, start, finish,
-    stimulus_id, time, extra, info)`` tuples (evlog/wire/dask.py), in batches; made
-    Transitions only when read. Records with no key (a worker's removal) are skipped then.
+    stimulus_id, time, extra, info)`` tuples (evlog/wire/dask.py), in batches, as ``(key, start, finish,
+    stimulus_id, worker, time)`` tuples of atoms; made Transitions only when read. Records with no key
+    (a worker's removal) are skipped then.
 
-    Kept without their ``info`` (a task's first record carries its trace carrier, a dict): a tuple holding a
-    dict stays in every collection of the garbage collector, and the ledger holds up to TRANSITIONS of
-    them in the scheduler's process, where Dask's own objects make each full collection long."""
-    _transitions.extend([t if t[6] is None else t[:6] + (None,) for t in items])  # atomic under the GIL
+    Neither ``info`` (a task's first record carries its trace carrier, a dict) nor the rest of ``extra``
+    (a finished task's dependencies, size and error) is kept: a tuple of atoms leaves the garbage
+    collector's lists, and what a story does not show would be the ledger's largest part."""
+    _transitions.extend([_entry(t) for t in items])  # atomic under the GIL
 
 
-def _transition(t: tuple) -> Transition:
+def _entry(t: tuple) -> tuple:
     key, start, finish, stimulus, time, extra, _info = t  # the fields of evlog.wire.dask.Transition
     if finish == "processing":
         worker = extra
@@ -136,7 +141,7 @@ def _transition(t: tuple) -> Transition:
         worker = extra[0]
     else:
         worker = None
-    return Transition(key, start, finish, stimulus, worker, time)
+    return key, start, finish, stimulus, worker, time
 
 
 def story(*keys_or_stimuli: Any) -> list[Transition]:
@@ -153,7 +158,7 @@ def story(*keys_or_stimuli: Any) -> list[Transition]:
         except TypeError:  # an unhashable key (a list): compare as text
             pass
         wanted.add(str(k))
-    out = [_transition(t) for t in list(_transitions)
+    out = [Transition(*t) for t in list(_transitions)
            if t[0] is not None and (t[0] in wanted or t[3] in wanted or str(t[0]) in wanted)]
     out.sort(key=lambda t: t.time)
     return out

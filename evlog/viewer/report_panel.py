@@ -11,6 +11,9 @@ figures are those of `evlog report --format json` on the same data.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
+import threading
 from typing import Any
 
 from evlog.data.jsonsafe import finite
@@ -20,6 +23,29 @@ from evlog.report.analysis import analyse_with_model
 from evlog.report.whole import whole_computations
 
 _CHUNK = 500  # keys per SQL IN (...)
+_lock = threading.Lock()
+_making = 0  # reports being made now
+_was_enabled = True  # the collector's state when the first of them began
+
+
+@contextlib.contextmanager
+def _no_collections():
+    """The garbage collector off while a report is made (as `evlog report` does): a big run's rows are
+    millions of containers, all kept to the end, and the full collections they would set off find
+    nothing to free but take as long as the analysis. Back as it was when the last report in the making ends."""
+    global _making, _was_enabled
+    with _lock:
+        if _making == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _making += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _making -= 1
+            if _making == 0 and _was_enabled:
+                gc.enable()
 
 
 def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
@@ -79,15 +105,17 @@ def dashboard_report(store: Any, source: str = "", loading: dict | None = None) 
              "marks": {"critical_keys": [], "critical_ids": []}}
     if loading and loading.get("state") == "loading":
         return {**empty, "partial": True, "loading": loading}
-    spans, logs = store_rows(store)
-    if not spans and not logs:
-        return empty
-    try:
-        spans, left, comps = whole_computations(spans)
-        rep, _ = analyse_with_model(spans, logs, source, comps, left)
-        activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
-    except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
-        return {**empty, "error": f"the report could not be made from this data: {e!r}"}
+    with _no_collections():
+        spans, logs = store_rows(store)
+        if not spans and not logs:
+            return empty
+        try:
+            spans, left, comps = whole_computations(spans)
+            rep, _ = analyse_with_model(spans, logs, source, comps, left)
+            activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
+        except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
+            return {**empty, "error": f"the report could not be made from this data: {e!r}"}
+        del spans, logs, comps
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
     ids = span_ids_of(store, keys)
     critical = sorted(i for k in set(keys) for i in ids.get(k, []))

@@ -28,6 +28,7 @@ import math
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,7 @@ from evlog.data.panels.task import task_detail
 from evlog.data.store import Store, dumps
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+LOADING_REFRESH = 2.0  # seconds an answer is reused while `evlog view` is still reading its run folder
 
 
 class QueryError(Exception):
@@ -81,6 +83,7 @@ class Dashboard:
         self.version = store.version
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="evlog-dash")
         self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._latest: collections.OrderedDict = collections.OrderedDict()  # key -> (when, its newest answer)
         self._cache_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiters: set[asyncio.Event] = set()
@@ -214,13 +217,18 @@ class Dashboard:
     # ---- helpers
 
     async def _run(self, key: tuple, fn: Callable, *args: Any) -> Any:
-        """Run a query off the event loop; answers are reused until the store changes."""
+        """Run a query off the event loop; answers are reused until the store changes, and while a run
+        folder is being read, for LOADING_REFRESH seconds whatever it stores meanwhile: the page follows
+        the load every few seconds, and the reading does not wait on queries asked again at each batch."""
         version = self.store.version
         ck = (key, version)
         with self._cache_lock:
             if ck in self._cache:
                 self._cache.move_to_end(ck)
                 return self._cache[ck]
+            last = self._latest.get(key)
+        if last is not None and time.monotonic() - last[0] < LOADING_REFRESH and self._loading_now():
+            return last[1]
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(self._pool, fn, *args)
@@ -230,7 +238,15 @@ class Dashboard:
             self._cache[ck] = result
             while len(self._cache) > 64:
                 self._cache.popitem(last=False)
+            self._latest[key] = (time.monotonic(), result)
+            self._latest.move_to_end(key)
+            while len(self._latest) > 64:
+                self._latest.popitem(last=False)
         return result
+
+    def _loading_now(self) -> bool:
+        loading = self.loading()
+        return bool(loading) and loading.get("state") == "loading"
 
     def _json(self, data: Any, status: int = 200) -> Any:
         from aiohttp import web

@@ -219,3 +219,23 @@ def test_the_resource_is_the_processes_current_one_when_the_span_is_built():
     current[0] = Resource({"service.name": "app", "dask.role": "scheduler", "process.pid": 7})
     [span] = tasks(lives.feed([], 50.0 + GRACE))
     assert span.resource is current[0]
+
+
+def test_a_task_that_only_waited_is_a_span_at_the_final_flush_and_a_waiting_task_goes_on_as_any():
+    """A submitted graph's tasks all wait at once: each is held as its first record until its next one
+    (what the exporter process holds per task of a big graph); nothing of its span changes."""
+    lives = Lives(lambda: RES)
+    first = ran()
+    waiting = [("waits-1", "released", "waiting", "update-graph-1", T0, None, info())]
+    assert lives.feed(first[:1] + waiting, 50.0) == []
+    assert all(type(v) is tuple and len(v) == 7 for v in lives._open.values())  # records as they came
+    lives.feed(first[1:], 50.5)
+    [done] = tasks(lives.feed([], 50.5 + GRACE))
+    assert done.attributes["dask.task.state"] == "memory" and done.attributes["dask.worker.address"] == W1
+    assert [(a["dask.transition.start"], a["dask.transition.finish"]) for _n, a, _t in transitions(done)] == [
+        ("released", "waiting"), ("waiting", "processing"), ("processing", "memory")]
+    [left] = tasks(lives.feed([], 60.0, final=True))
+    assert left.attributes["dask.task.key"] == "waits-1" and left.attributes["dask.task.state"] == "waiting"
+    assert (left.start_time, left.end_time) == (ns(T0), ns(T0))
+    assert transitions(left) == [("transition", {"dask.transition.start": "released", "dask.transition.finish": "waiting",
+                                                 "dask.stimulus_id": "update-graph-1"}, ns(T0))]

@@ -18,13 +18,23 @@ def store_rows(store) -> tuple[list, list]:
     run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
     if run is not None:
         spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
+    share = otlp_decode.shared_strings()
     for (tid, sid, psid, name, kind, start, end, code, msg, attrs, events, links, proc,
          scope) in conn.execute(
             "SELECT trace_id, span_id, parent_span_id, name, kind, start, end, status_code, status_message, "
             "attributes, events, links, process, scope FROM spans WHERE req IS NULL ORDER BY id"):
-        spans.append({"trace_id": tid, "span_id": sid, "parent_span_id": psid or "", "name": name, "kind": kind,
-                      "start": start, "end": end, "attributes": json.loads(attrs or "{}"),
-                      "events": json.loads(events or "[]"), "links": json.loads(links or "[]"),
+        evs = json.loads(events) if events and events != "[]" else []
+        for ev in evs:  # a run's events repeat their names and values: one object each (otlp_decode's sharing)
+            a = ev.get("attributes")
+            if a:
+                ev["attributes"] = {share(k, k): share(v, v) if type(v) is str else v for k, v in a.items()}
+            n = ev.get("name")
+            if type(n) is str:
+                ev["name"] = share(n, n)
+        spans.append({"trace_id": share(tid, tid), "span_id": sid, "parent_span_id": share(psid, psid) if psid else "",
+                      "name": share(name, name), "kind": kind, "start": start, "end": end,
+                      "attributes": _shared_attrs(attrs, share), "events": evs,
+                      "links": json.loads(links) if links and links != "[]" else [],
                       "status_code": code, "status_message": msg or "", "resource": resources.get(proc, {}),
                       "scope": scope or ""})
     logs = [{"time": t, "observed_time": ot, "event_name": name, "body": None if body is None else json.loads(body),
@@ -33,6 +43,12 @@ def store_rows(store) -> tuple[list, list]:
                 "SELECT time, observed_time, event_name, body, attributes, process FROM logs "
                 "WHERE event_name != '' ORDER BY time, id")]
     return spans, logs
+
+
+def _shared_attrs(text: str | None, share) -> dict:
+    if not text or text == "{}":
+        return {}
+    return {share(k, k): share(v, v) if type(v) is str else v for k, v in json.loads(text).items()}
 
 
 def store_points(store, names) -> list:
