@@ -254,9 +254,9 @@ _noted: dict = {}  # id -> the resources whose process is counted (kept, so an i
 
 
 def _note_processes(resources: list) -> None:
-    """Count the processes whose telemetry reached the exporter process, each once (evlog.process_count:
-    the summary): the observed processes as their records are built, the exporter process's own
-    samples as they are exported."""
+    """Count the processes of these exported resources, each once (evlog.process_count: the summary): the
+    exporter process's own samples. The observed processes are counted as their frames arrive
+    (Reader._count), whether their telemetry is exported or dropped later."""
     for r in resources:
         if id(r) not in _noted:
             if len(_noted) >= 4096:  # a resource per process and change, usually: bounded all the same
@@ -549,8 +549,6 @@ class Builder:
                 stats.incr("dropped.unknown_kind", len(records))
                 return
             b = client.builders[kind] = make(meta, client.get_resource)
-        if records and client.resource is not None:  # it made telemetry: counted even if all of it is dropped later
-            _note_processes((client.resource,))
         try:
             self.pipeline.add(b.feed(records, time.monotonic()))
         except Exception as exc:  # the batch is lost: said once, counted
@@ -667,7 +665,7 @@ class Reader:
         sock.setblocking(False)
         self.next_id += 1
         self.clients[self.next_id] = _Client()
-        self.conns[sock] = [self.next_id, bytearray()]
+        self.conns[sock] = [self.next_id, bytearray(), None]  # id, unread bytes, its process's stats key
         self.sel.register(sock, selectors.EVENT_READ, "client")
 
     def _read(self, sock) -> None:
@@ -692,9 +690,30 @@ class Reader:
             n, count = HEADER.unpack_from(buf, pos)
             if len(buf) - pos - HEADER.size < n:
                 break
-            self.backlog.put(conn[0], count, bytes(buf[pos + HEADER.size:pos + HEADER.size + n]))
+            frame = bytes(buf[pos + HEADER.size:pos + HEADER.size + n])
+            if conn[2] is not True:
+                self._count(conn, count, frame)
+            self.backlog.put(conn[0], count, frame)
             pos += HEADER.size + n
         del buf[:pos]
+
+    @staticmethod
+    def _count(conn: list, records: int, frame: bytes) -> None:
+        """A process is counted once it has sent records (evlog.process_count: the summary), whatever
+        becomes of them later; its identity comes from its first hello (the first frame of a connection),
+        decoded here once."""
+        if conn[2] is None:
+            try:
+                hello = marshal.loads(frame)[0]
+            except Exception:  # the builder reports a frame it cannot read
+                hello = None
+            if hello is None:
+                return
+            conn[2] = process_count.stats_key(hello.get("resource") or {})
+        if records:
+            if conn[2] not in stats.counters:
+                stats.incr(conn[2])
+            conn[2] = True
 
     def _drop(self, sock) -> None:
         conn = self.conns.pop(sock, None)
