@@ -371,10 +371,11 @@ VIEW_PENDING = 20_000  # decoded rows `evlog view` holds while the store writes 
 def cmd_view(args: argparse.Namespace) -> int:
     _check_host(args.host, args.token)
     from evlog.data.run_reader import RunFolder, RunFolderError, newest_run
+    from evlog.data.store.json_spans import columns
 
     try:
         path = args.run_dir or newest_run(RUNS)
-        rf = RunFolder(path)
+        rf = RunFolder(path, keep_traces=columns)  # traces lines stored as they are, with their columns
     except RunFolderError as e:
         raise CLIError(str(e)) from None
     _need_view_extras("view")

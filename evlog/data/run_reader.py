@@ -20,6 +20,7 @@ import json
 import os
 import re
 import zlib
+from typing import Any, Callable
 
 from evlog.data import otlp_decode
 
@@ -63,7 +64,11 @@ class _File:
 class RunFolder:
     """Follows the JSON-lines files of one run folder; ``poll()`` returns rows added since last time."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, keep_traces: Callable[[Any, bytes], Any] | None = None):
+        """``keep_traces(request, line)``: what ``poll`` hands on for a traces line instead of its rows (a
+        store's json_spans.columns); when it raises, the line is decoded into rows as any other."""
+        self.keep_traces = keep_traces
+        self._kept: list = []
         self.path = os.path.abspath(path)
         if not os.path.exists(self.path):
             raise RunFolderError(f"{self.path}: no such run folder")
@@ -113,6 +118,9 @@ class RunFolder:
             rows = self._read(f, max_bytes)
             if rows:
                 out.append((f.signal, rows))
+            if self._kept:
+                out.extend((f.signal, k) for k in self._kept)
+                self._kept = []
         self.moved = self.bytes_read != before
         return out
 
@@ -200,6 +208,8 @@ class RunFolder:
     def _lines(self, f: _File, data: bytes) -> list[dict]:
         decode = otlp_decode.decode
         rows: list[dict] = []
+        keep = self.keep_traces if f.signal == "traces" else None
+        kept = self._kept
         for raw in data.split(b"\n"):
             f.line += 1
             if not raw.strip():
@@ -212,7 +222,16 @@ class RunFolder:
                               f"(byte 0x{raw[e.start]:02x} at column {e.start + 1})")
                 continue
             try:
-                rows.extend(decode(f.signal, json.loads(text)))
+                request = json.loads(text)
+                if keep is not None:
+                    try:
+                        k = keep(request, raw)
+                        kept.append(k)
+                        self.rows += len(k)
+                        continue
+                    except Exception:  # not plain: decoded into rows, which says what is wrong in a bad line
+                        pass
+                rows.extend(decode(f.signal, request))
             except (ValueError, RecursionError) as e:  # json and DecodeError are ValueErrors
                 msg = str(e)
                 self._problem(f"{f.path}:{f.line}: skipped a corrupt line: {msg[:200]}")
@@ -231,7 +250,11 @@ class RunFolder:
         return out
 
     def load_into(self, store) -> int:
-        """Read everything now present into ``store`` (a Store); returns rows stored."""
+        """Read everything now present into ``store`` (a Store); returns rows stored. Traces lines are kept
+        as they are, their columns stored (evlog.data.store.json_spans)."""
+        from evlog.data.store.json_spans import columns
+
+        self.keep_traces = self.keep_traces or columns
         n = 0
         while True:
             batch = self.poll()

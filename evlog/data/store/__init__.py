@@ -6,13 +6,15 @@ CLI read while the writer writes, and the data survives a restart of the server.
 flat dicts of ``otlp_decode``; ``Ingestor`` queues them and one writer thread stores them in large
 transactions, so an exporter never waits on a query or on a per-row commit.
 
-Spans arrive two ways. From a run folder or OTLP/JSON they are row dicts, stored with attributes,
-events and links as JSON. From OTLP protobuf (`evlog serve`), ``decode_for_store`` keeps the parsed
+Spans arrive three ways. From OTLP/JSON over HTTP they are row dicts, stored with attributes, events
+and links as JSON. From OTLP protobuf (`evlog serve`), ``decode_for_store`` keeps the parsed
 request: the writer takes the few columns the queries need straight from the message, keeps the
 request's protobuf bytes once (table ``requests``) and each span's place in it (``req``, ``idx``);
 otlp_decode turns a span into a row dict only when its task is looked at. Building a row dict per
 span and event costs about five times more than that, and would cap the server below the 20,000
-spans/s it must store.
+spans/s it must store. From a run folder (`evlog view`, the CLI), a traces line is kept the same way
+(json_spans: its columns read from the decoded line, the line stored compressed), and decoded into
+rows only where it is not plain (a line that is not well formed is then reported).
 
 Indexed by trace, task key, time and process: what the story, events, Gantt and summary ask for.
 A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` naming the file.
@@ -20,7 +22,7 @@ A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` 
 One job per module: schema (tables, format mark, span categories, the file check), codec (how values sit
 in columns), protobuf (spans kept as their request), ingest (rows -> tables), queries (tables -> answers),
 store (``Store``: connections and per-run views), writer (``Ingestor``: the writer thread), rows (a
-store back as otlp_decode rows, for the report). Import from
+store back as otlp_decode rows, for the report), json_spans (a run folder's traces lines kept whole). Import from
 here: evlog.data.store.
 """
 from .codec import dumps, process_name

@@ -12,6 +12,8 @@ from evlog.data import otlp_decode
 
 from . import codec
 from .codec import I64_MAX, dumps, process_name, u64
+from . import json_spans
+from .json_spans import RawJsonTraces
 from .protobuf import RawTraces
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK
 
@@ -64,6 +66,9 @@ class Ingest:
                     if isinstance(rows, RawTraces):
                         req = c.execute("INSERT INTO requests (body) VALUES (?)", (rows.body,)).lastrowid
                         self._raw_span_tuples(rows.message, req, spans)
+                    elif isinstance(rows, RawJsonTraces):
+                        req = c.execute("INSERT INTO requests (body) VALUES (?)", (json_spans.pack(rows.body),)).lastrowid
+                        self._json_span_tuples(rows, req, procs, spans)
                     else:
                         self._span_tuples(rows, procs, spans)
                 elif signal == "logs":
@@ -128,6 +133,17 @@ class Ingest:
                 dumps(a) if a else "{}", dumps(events) if events else "[]",
                 dumps(links) if links else "[]", None, None, r["scope"], state,
             ))
+
+    def _json_span_tuples(self, raw: RawJsonTraces, req: int, memo: dict, out: list) -> None:
+        """Columns of a run folder's line (json_spans.columns), the line itself stored once (``req``)."""
+        append = out.append
+        for resource, spans in raw.groups:
+            pid = self._process(resource, memo)
+            res_worker = self._proc_worker.get(pid, "")
+            for tid, sid, psid, name, kind, start, end, code, msg, found, n_events, scope, idx in spans:
+                key, prefix, cat, worker, thread, deps, state = span_columns(name, found, res_worker)
+                append((tid, sid, psid, name, kind, u64(start), u64(end), code, msg, key, prefix, cat, worker, thread,
+                        pid, n_events, deps, None, None, None, req, idx, scope, state))
 
     def _raw_span_tuples(self, message: Any, req: int, out: list) -> None:
         """Columns straight from an ExportTraceServiceRequest (validated by decode_for_store).

@@ -9,6 +9,8 @@ from typing import Any
 
 from evlog.data import otlp_decode
 
+from . import json_spans
+
 
 class RawTraces:
     """A parsed ExportTraceServiceRequest and its bytes, handed to the store as is (see decode_for_store)."""
@@ -65,8 +67,12 @@ class Requests:
         if got is not None:
             return got
         row = conn.execute("SELECT body FROM requests WHERE id = ?", (req,)).fetchone()
-        msg = otlp_decode.request_class("traces").FromString(row[0] if row else b"")
-        got = [sp for rs in msg.resource_spans for ss in rs.scope_spans for sp in ss.spans]
+        body = row[0] if row else b""
+        if json_spans.is_json(body):  # a run folder's line (json_spans): span dicts
+            got = json_spans.spans_of(body)
+        else:
+            msg = otlp_decode.request_class("traces").FromString(body)
+            got = [sp for rs in msg.resource_spans for ss in rs.scope_spans for sp in ss.spans]
         with self._lock:
             if len(self._cache) >= self.size:
                 self._cache.pop(next(iter(self._cache)))
@@ -79,7 +85,19 @@ class Requests:
             return []
         req = otlp_decode.request_class("traces")()
         out = req.resource_spans.add().scope_spans.add().spans
-        for r, i in places:
-            out.append(self.spans(conn, r)[i])
-        return otlp_decode.decode_proto("traces", req)
+        dicts: list = []  # spans of run-folder lines, and where they go among the rows
+        at: list = []
+        for n, (r, i) in enumerate(places):
+            sp = self.spans(conn, r)[i]
+            if type(sp) is dict:
+                dicts.append(sp)
+                at.append(n)
+            else:
+                out.append(sp)
+        if not dicts:
+            return otlp_decode.decode_proto("traces", req)
+        rows = otlp_decode.decode_proto("traces", req) if len(out) else []
+        for n, row in zip(at, json_spans.rows(dicts)):
+            rows.insert(n, row)
+        return rows
 

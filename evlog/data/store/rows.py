@@ -5,6 +5,8 @@ import json
 
 from evlog.data import otlp_decode
 
+from . import json_spans
+
 
 def store_rows(store) -> tuple[list, list]:
     """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
@@ -14,7 +16,10 @@ def store_rows(store) -> tuple[list, list]:
     resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
     spans: list = []
     for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
-        spans.extend(otlp_decode.decode_proto("traces", body))
+        if json_spans.is_json(body):  # a run folder's line, as `evlog view` stores it
+            spans.extend(otlp_decode.decode_spans(json_spans.request_of(body)))
+        else:
+            spans.extend(otlp_decode.decode_proto("traces", body))
     run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
     if run is not None:
         spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
