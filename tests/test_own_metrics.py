@@ -5,6 +5,7 @@ is the reference."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import marshal
 import random
 
@@ -19,6 +20,10 @@ from evlog.builders import sdk_rebuild
 from evlog.observed import own_metrics
 
 SCOPE = ("evlog.test", "1.2")
+# opentelemetry-sdk 1.45.2 starts a delta histogram's aggregation afresh at each collection (its exponential
+# scale with it); 1.45.0 and 1.45.1 keep the scale the collections before had to downscale to. evlog's own
+# instruments do as 1.45.2 does, so on the older SDK only the first delta collection is comparable.
+SDK_RESETS_DELTA = tuple(int(x) for x in importlib.metadata.version("opentelemetry-sdk").split(".")[:3]) >= (1, 45, 2)
 VALUES = [0, 0.0, 1e-6, 0.001, 0.25, 0.5, 1, 1.5, 2, 3, 4, 7.5, 1000, 12345.678, 1e6] + \
     [random.Random(7).lognormvariate(0, 4) for _ in range(500)]
 
@@ -109,6 +114,8 @@ def test_own_instruments_collect_what_the_sdk_collects(deltas, exponential):
         record = registry.record()
         got = _rebuilt(record) if record is not None else []
         want = reader.get_metrics_data()
+        if collection and deltas and exponential and not SDK_RESETS_DELTA:
+            continue
         assert [_plain(d) for d in got] == [_plain(want)], f"collection {collection}"
 
 

@@ -20,7 +20,8 @@ import json
 import os
 import re
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from evlog.data import otlp_decode
 

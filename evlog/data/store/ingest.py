@@ -10,9 +10,8 @@ from typing import Any
 
 from evlog.data import otlp_decode
 
-from . import codec
+from . import codec, json_spans
 from .codec import I64_MAX, dumps, process_name, u64
-from . import json_spans
 from .json_spans import RawJsonTraces
 from .protobuf import RawTraces
 from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK

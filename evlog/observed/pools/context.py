@@ -40,6 +40,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from evlog import notices, propagation
 from evlog.observed.pools import taskspan as _taskspan
+from evlog.observed.profiler import ends_tasks as _profile_ends_tasks
 
 # evlog.pool.kind -> (span name prefix, instrumentation scope, chunk span name prefix)
 KINDS = {
@@ -252,6 +253,9 @@ def end(span, token) -> None:
             span.end()
     except Exception as exc:
         notices.warn_once("task-span-end", f"cannot end a task span: {exc!r}")
+
+
+_profile_ends_tasks(end.__code__)  # a sample taken here (detaching the task's context) is not the task's
 
 
 def failed(span, exc: BaseException) -> None:
