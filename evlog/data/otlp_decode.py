@@ -97,8 +97,9 @@ _METRIC_KINDS = (
     ("summary", "summary"),
 )
 
-_hex32 = re.compile(r"[0-9a-fA-F]{32}").fullmatch
-_hex16 = re.compile(r"[0-9a-fA-F]{16}").fullmatch
+# Also used by the store (json_spans), which checks a run folder's ids and values as this module reads them.
+hex32 = re.compile(r"[0-9a-fA-F]{32}").fullmatch
+hex16 = re.compile(r"[0-9a-fA-F]{16}").fullmatch
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,7 +154,7 @@ def _tname(v: Any) -> str:
 
 
 def _trace_id(v: Any, field: str, required: bool) -> str:
-    if type(v) is str and len(v) == 32 and _hex32(v):
+    if type(v) is str and len(v) == 32 and hex32(v):
         return v.lower()
     if (v is None or v == "") and not required:
         return ""
@@ -161,7 +162,7 @@ def _trace_id(v: Any, field: str, required: bool) -> str:
 
 
 def _span_id(v: Any, field: str, required: bool) -> str:
-    if type(v) is str and len(v) == 16 and _hex16(v):
+    if type(v) is str and len(v) == 16 and hex16(v):
         return v.lower()
     if (v is None or v == "") and not required:
         return ""
@@ -204,7 +205,7 @@ def _obj(v: Any, where: str) -> dict:
 # AnyValue and attributes of the JSON form
 
 
-def _any(v: Any) -> Any:
+def any_value(v: Any) -> Any:
     """An OTLP/JSON AnyValue -> a plain Python value (None for an empty AnyValue)."""
     if type(v) is not dict:
         if v is None:
@@ -225,7 +226,7 @@ def _any(v: Any) -> Any:
             raise DecodeError(f"boolValue: expected true or false, got {_tname(x)}")
         if k == "arrayValue":
             vals = _list(_obj(x, "arrayValue"), "values", "arrayValue")
-            return [_any(e) for e in vals]
+            return [any_value(e) for e in vals]
         if k == "kvlistValue":
             return _attrs(_obj(x, "kvlistValue").get("values"))
         if k == "bytesValue":
@@ -262,13 +263,13 @@ def _attrs(kvs: Any) -> dict:
         if type(key) is not str:
             raise DecodeError(f"attributes: key must be a string, got {_tname(key)}")
         try:
-            out[key] = _any(v)
+            out[key] = any_value(v)
         except DecodeError as e:
             raise DecodeError(f"attribute {key[:60]!r}: {e}") from None
     return out
 
 
-def _resource(container: dict, where: str) -> dict:
+def resource_of(container: dict, where: str) -> dict:
     r = container.get("resource")
     if r is None:
         return {}
@@ -313,7 +314,7 @@ def _walk(request: Any, top: str, scopes: str, items: str):
         where = f"{top}[{i}]"
         r = _obj(r, where)
         try:
-            resource = _resource(r, where)
+            resource = resource_of(r, where)
         except Exception as e:
             raise _wrap(where, e) from None
         for j, sc in enumerate(_list(r, scopes, where)):
@@ -334,7 +335,7 @@ def decode_spans(request: Any) -> list[dict]:
         where = f"resourceSpans[{i}]"
         r = _obj(r, where)
         try:
-            resource = _resource(r, where)
+            resource = resource_of(r, where)
         except Exception as e:
             raise _wrap(where, e) from None
         for j, sc in enumerate(_list(r, "scopeSpans", where)):
@@ -384,11 +385,11 @@ def _span_fast(sp: dict, resource: dict, scope: str) -> dict:
     tid = g("traceId")
     sid = g("spanId")
     pid = g("parentSpanId")
-    if (type(name) is not str or type(tid) is not str or len(tid) != 32 or not _hex32(tid)
-            or type(sid) is not str or len(sid) != 16 or not _hex16(sid)):
+    if (type(name) is not str or type(tid) is not str or len(tid) != 32 or not hex32(tid)
+            or type(sid) is not str or len(sid) != 16 or not hex16(sid)):
         raise _NotPlain
     if pid:
-        if type(pid) is not str or len(pid) != 16 or not _hex16(pid):
+        if type(pid) is not str or len(pid) != 16 or not hex16(pid):
             raise _NotPlain
         pid = pid.lower()
         pid = share(pid, pid)
@@ -456,7 +457,7 @@ def _attrs_fast(kvs: list, share) -> dict:
         if type(s) is str:
             out[share(key, key)] = share(s, s)
         else:
-            out[share(key, key)] = _any(v)
+            out[share(key, key)] = any_value(v)
     return out
 
 
@@ -566,7 +567,7 @@ def _log(lr: Any, resource: dict, scope: str) -> dict:
         "severity_number": sev,
         "severity_text": _str(g("severityText", ""), "severityText"),
         "event_name": _str(g("eventName", ""), "eventName"),
-        "body": _any(g("body")),
+        "body": any_value(g("body")),
         "attributes": _attrs(g("attributes")),
         "trace_id": _trace_id(g("traceId"), "traceId", False),
         "span_id": _span_id(g("spanId"), "spanId", False),
@@ -732,7 +733,7 @@ def decode_proto(signal: str, message: Any) -> list[dict]:
         raise DecodeError(f"{signal}: {type(e).__name__}: {e}") from None
 
 
-def _pb_any(v: Any) -> Any:
+def pb_any_value(v: Any) -> Any:
     k = v.WhichOneof("value")
     if k == "string_value":
         return v.string_value
@@ -745,9 +746,9 @@ def _pb_any(v: Any) -> Any:
     if k == "bool_value":
         return v.bool_value
     if k == "array_value":
-        return [_pb_any(e) for e in v.array_value.values]
+        return [pb_any_value(e) for e in v.array_value.values]
     if k == "kvlist_value":
-        return {kv.key: _pb_any(kv.value) for kv in v.kvlist_value.values}
+        return {kv.key: pb_any_value(kv.value) for kv in v.kvlist_value.values}
     if k == "bytes_value":
         return bytes(v.bytes_value)
     raise DecodeError(f"value: unknown AnyValue field {k!r}")
@@ -756,7 +757,7 @@ def _pb_any(v: Any) -> Any:
 def _pb_attrs(kvs: Any) -> dict:
     if not kvs:
         return {}
-    return {kv.key: _pb_any(kv.value) for kv in kvs}
+    return {kv.key: pb_any_value(kv.value) for kv in kvs}
 
 
 def _pb_id(b: bytes, n: int, field: str, required: bool) -> str:
@@ -829,7 +830,7 @@ def _pb_logs(req: Any) -> list[dict]:
                         "severity_number": lr.severity_number,
                         "severity_text": lr.severity_text,
                         "event_name": lr.event_name,
-                        "body": _pb_any(lr.body) if lr.HasField("body") else None,
+                        "body": pb_any_value(lr.body) if lr.HasField("body") else None,
                         "attributes": _pb_attrs(lr.attributes),
                         "trace_id": _pb_id(lr.trace_id, 16, "traceId", False),
                         "span_id": _pb_id(lr.span_id, 8, "spanId", False),

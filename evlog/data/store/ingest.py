@@ -153,7 +153,7 @@ class Ingest:
         kinds = _SPAN_KINDS
         codes = _STATUS_CODES
         wanted = _WANTED
-        pb_any = otlp_decode._pb_any
+        pb_any = otlp_decode.pb_any_value
         sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
         pool_prefixes = _POOL_PREFIXES
         u64 = codec.u64

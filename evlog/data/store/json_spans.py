@@ -46,10 +46,10 @@ def columns(request: Any, line: bytes) -> RawJsonTraces:
     """The store's columns of every span of a decoded OTLP/JSON traces request; raises on anything not plain."""
     groups = []
     n = 0
-    hex32, hex16 = otlp_decode._hex32, otlp_decode._hex16
+    hex32, hex16 = otlp_decode.hex32, otlp_decode.hex16
     share = otlp_decode.shared_strings()
     for rs in request["resourceSpans"]:
-        resource = otlp_decode._resource(rs, "resourceSpans")
+        resource = otlp_decode.resource_of(rs, "resourceSpans")
         spans = []
         for ss in rs.get("scopeSpans") or ():
             scope = ss.get("scope")
@@ -108,7 +108,7 @@ def _attributes(kvs: Any, wanted: bool) -> dict:
         if kvs is None or kvs == []:
             return found
         raise ValueError("not plain attributes")
-    any_value = otlp_decode._any
+    any_value = otlp_decode.any_value
     for kv in kvs:
         k, v = kv["key"], kv["value"]
         if type(k) is not str or type(v) is not dict:
