@@ -130,6 +130,17 @@ def run_file_lines(path) -> list[bytes]:
     return data.splitlines(keepends=True)
 
 
+def span_lines(path) -> list[bytes]:
+    """A run folder's traces file as OTLP/JSON lines of one span each, each with its newline: cut at lines,
+    as a plain file a writer is still appending to, it can end inside a computation (the exporter's own
+    lines hold whole batches, and cuts between batches alone may fall between computations)."""
+    import json
+
+    return [json.dumps({"resourceSpans": [{**rs, "scopeSpans": [{**ss, "spans": [span]}]}]}).encode() + b"\n"
+            for line in run_file_lines(path) for rs in json.loads(line)["resourceSpans"]
+            for ss in rs["scopeSpans"] for span in ss["spans"]]
+
+
 def read_run_folder(path: str) -> dict:
     """{"spans": [...], "logs": [...], "metrics": [...]} decoded from every line of a run folder's files."""
     from evlog.data import otlp_decode

@@ -645,15 +645,11 @@ def test_the_report_panel_of_a_run_cut_short_analyses_whole_computations_only(tm
     assert not whole["partial"] and whole["left_out"] == {}
     tasks = {c["name"]: c["tasks"] for c in whole["computations"]}
     assert len(tasks) == 6 and set(tasks.values()) == {45}
-    from helpers import run_file_lines, run_files
+    from helpers import run_files, span_lines
 
     [path] = run_files(full, "traces")
     name = os.path.basename(path)
-    # One span a line, cut at lines as a plain file a writer is still appending to: the exporter's own
-    # lines hold whole batches, and cuts between batches alone may never fall inside a computation.
-    lines = [json.dumps({"resourceSpans": [{**rs, "scopeSpans": [{**ss, "spans": [span]}]}]}).encode() + b"\n"
-             for line in run_file_lines(path) for rs in json.loads(line)["resourceSpans"]
-             for ss in rs["scopeSpans"] for span in ss["spans"]]
+    lines = span_lines(path)  # cut at spans (helpers.span_lines)
     seen_partial = False
     for share in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
         cut = tmp_path / f"cut{share}"

@@ -11,7 +11,7 @@ import os
 import subprocess
 
 import pytest
-from helpers import PYTHON, evlog_env, run_app
+from helpers import PYTHON, evlog_env, run_app, span_lines
 
 APP = r'''
 import os
@@ -145,7 +145,7 @@ def test_queued_time_is_per_task_and_a_sum_says_task_seconds(report):
 
 
 def test_a_run_folder_cut_short_is_reported_on_its_whole_computations_and_says_so(report, tmp_path):
-    """As a live run's folder is: the traces cut at a third, half and two thirds of their lines. The
+    """As a live run's folder is: the traces cut at a third, half and two thirds of their spans. The
     command line, like the dashboard's panel, reports the computations that are whole and says how
     many it left out."""
     full = report["dir"]
@@ -156,11 +156,11 @@ def test_a_run_folder_cut_short_is_reported_on_its_whole_computations_and_says_s
         cut = tmp_path / f"cut{share}"
         cut.mkdir()
         for n in os.listdir(full):
-            data = open(os.path.join(full, n), "rb").read()
             if n.startswith("traces"):
-                lines = data.splitlines(True)
-                data = b"".join(lines[:int(len(lines) * share)])
-            (cut / n).write_bytes(data)
+                lines = span_lines(os.path.join(full, n))
+                (cut / n.removesuffix(".gz")).write_bytes(b"".join(lines[:int(len(lines) * share)]))
+            else:
+                (cut / n).write_bytes(open(os.path.join(full, n), "rb").read())
         r = subprocess.run([PYTHON, "-m", "evlog.cli", "report", str(cut), "--format", "json"], capture_output=True,
                            timeout=120, env=evlog_env())
         assert r.returncode == 0, r.stderr.decode(errors="replace")
