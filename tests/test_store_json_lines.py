@@ -31,8 +31,32 @@ def _sorted(spans: list[dict]) -> list[str]:
                   for s in spans)
 
 
+def _kv(key: str, value) -> dict:
+    return {"key": key, "value": {"intValue": str(value)} if type(value) is int else {"stringValue": value}}
+
+
+def _moves_and_memory(path: str, trace: str = "0af7651916cd43dd8448eb211c80319c") -> None:
+    """A line of a worker's transfers and the bytes it holds (what the Gantt and the plots read whole)."""
+    t0 = 1_700_000_000_000_000_000
+    spans = [{"traceId": trace, "spanId": f"{0xabc000 + i:016x}", "name": "dask.transfer", "kind": 1,
+              "startTimeUnixNano": str(t0 + i * 10**7), "endTimeUnixNano": str(t0 + i * 10**7 + 10**6),
+              "attributes": [_kv("dask.worker.address", "tcp://127.0.0.1:40000"),
+                             _kv("dask.transfer.source", "tcp://127.0.0.1:40001"), _kv("dask.transfer.bytes", 800 + i),
+                             _kv("dask.task.key", f"inc-{i:06x}")]} for i in range(5)]
+    spans.append({"traceId": trace, "spanId": f"{0xdef000:016x}", "name": "dask.worker.memory", "kind": 1,
+                  "startTimeUnixNano": str(t0), "endTimeUnixNano": str(t0 + 10**8),
+                  "attributes": [_kv("dask.worker.address", "tcp://127.0.0.1:40000")],
+                  "events": [{"name": "dask.worker.memory", "timeUnixNano": str(t0 + i * 10**7),
+                              "attributes": [_kv("dask.worker.nbytes", 1000 * i)]} for i in range(4)]})
+    line = {"resourceSpans": [{"resource": {"attributes": [_kv("service.name", "app"), _kv("process.pid", 901)]},
+                               "scopeSpans": [{"scope": {"name": "evlog"}, "spans": spans}]}]}
+    with open(os.path.join(path, "traces-901.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def test_lines_kept_whole_answer_as_rows_do(tmp_path):
     make_run(str(tmp_path), n_tasks=60, batch=25)
+    _moves_and_memory(str(tmp_path))
     rows, kept, folder = _stores(str(tmp_path))
     assert folder.problems == []
     assert kept._q("SELECT count(*) FROM spans WHERE req IS NOT NULL")[0][0] > 100  # the lines were kept
@@ -47,7 +71,14 @@ def test_lines_kept_whole_answer_as_rows_do(tmp_path):
         assert [{k: v for k, v in d.items() if k not in strip} for d in a] == \
                [{k: v for k, v in d.items() if k not in strip} for d in b]
     strip_id = [r[1:] for r in kept.transfer_rows()], [r[1:] for r in rows.transfer_rows()]
-    assert strip_id[0] == strip_id[1]
+    assert strip_id[0] == strip_id[1] and len(strip_id[0]) == 5 and strip_id[0][0][3:5] == ("tcp://127.0.0.1:40001", 800)
+    assert kept.held_bytes() == rows.held_bytes() and len(kept.held_bytes()["tcp://127.0.0.1:40000"]) == 4
+    # what the Gantt and the plots read of every such span is in its columns: no request decoded to draw them
+    assert kept._q("SELECT count(*) FROM spans WHERE name IN ('dask.transfer', 'dask.worker.memory') "
+                   "AND req IS NOT NULL AND attributes IS NOT NULL AND events IS NOT NULL")[0][0] == 6
+    kept._requests.spans = None  # a decode from here on fails the test
+    assert [r[1:] for r in kept.transfer_rows()] == strip_id[1] and kept.held_bytes() == rows.held_bytes()
+    del kept._requests.spans
     assert kept.dependencies() == rows.dependencies() and kept.progress() == rows.progress()
     assert [r[1:] for r in kept.gantt_rows(None)] == [r[1:] for r in rows.gantt_rows(None)]
     ks, ls = store_rows(kept)

@@ -10,11 +10,10 @@ from typing import Any
 
 from evlog.data import otlp_decode
 
-from . import codec, json_spans
+from . import codec, json_spans, protobuf
 from .codec import I64_MAX, dumps, process_name, u64
 from .json_spans import RawJsonTraces
-from .protobuf import RawTraces
-from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK
+from .schema import CAT_EXECUTION, CAT_OTHER, CAT_POOL_TASK, CAT_SCHED_TASK, WHOLE_SPANS
 
 _POOL_PREFIXES = ("futures.task", "multiprocessing.task", "futures.chunk", "multiprocessing.chunk")
 
@@ -62,7 +61,7 @@ class Ingest:
         try:
             for signal, rows in batch:
                 if signal == "traces":
-                    if isinstance(rows, RawTraces):
+                    if isinstance(rows, protobuf.RawTraces):
                         req = c.execute("INSERT INTO requests (body) VALUES (?)", (rows.body,)).lastrowid
                         self._raw_span_tuples(rows.message, req, spans)
                     elif isinstance(rows, RawJsonTraces):
@@ -139,10 +138,11 @@ class Ingest:
         for resource, spans in raw.groups:
             pid = self._process(resource, memo)
             res_worker = self._proc_worker.get(pid, "")
-            for tid, sid, psid, name, kind, start, end, code, msg, found, n_events, scope, idx in spans:
+            for tid, sid, psid, name, kind, start, end, code, msg, found, n_events, scope, idx, whole in spans:
                 key, prefix, cat, worker, thread, deps, state = span_columns(name, found, res_worker)
+                attrs, events = whole or (None, None)
                 append((tid, sid, psid, name, kind, u64(start), u64(end), code, msg, key, prefix, cat, worker, thread,
-                        pid, n_events, deps, None, None, None, req, idx, scope, state))
+                        pid, n_events, deps, attrs, events, None, req, idx, scope, state))
 
     def _raw_span_tuples(self, message: Any, req: int, out: list) -> None:
         """Columns straight from an ExportTraceServiceRequest (validated by decode_for_store).
@@ -156,6 +156,7 @@ class Ingest:
         pb_any = otlp_decode.pb_any_value
         sched, execution, pool, other = CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK, CAT_OTHER
         pool_prefixes = _POOL_PREFIXES
+        whole = WHOLE_SPANS
         u64 = codec.u64
         idx = -1
         for rs in message.resource_spans:
@@ -196,10 +197,11 @@ class Ingest:
                     else:
                         cat, worker = other, res_worker
                     st = sp.status
+                    attrs, events = protobuf.whole(sp) if name.startswith(whole) else (None, None)
                     append((
                         sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(), name, kinds[sp.kind],
                         u64(sp.start_time_unix_nano), u64(sp.end_time_unix_nano), codes[st.code], st.message, key, prefix,
-                        cat, worker, thread, pid, len(sp.events), deps, None, None, None, req, idx, scope, state,
+                        cat, worker, thread, pid, len(sp.events), deps, attrs, events, None, req, idx, scope, state,
                     ))
 
     def _process_pb(self, resource: Any) -> int:

@@ -19,6 +19,9 @@ from typing import Any
 
 from evlog.data import otlp_decode
 
+from .codec import dumps
+from .schema import WHOLE_SPANS
+
 MARK = b"\x00"  # the first byte of a stored JSON request: never the first byte of a protobuf message (tag 0)
 _KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")
 _CODES = ("UNSET", "OK", "ERROR")
@@ -29,7 +32,8 @@ _WANTED = frozenset(("dask.task.key", "dask.task.prefix", "dask.worker.address",
 class RawJsonTraces:
     """One run-folder line of spans: its groups ``[(resource dict, [span, ...])]`` and its bytes; a span is
     ``(trace id, span id, parent span id, name, kind, start, end, status code, status message, the wanted
-    attributes (a dict: ingest.span_columns reads them), events, scope, index in the line)``."""
+    attributes (a dict: ingest.span_columns reads them), events, scope, index in the line, (attributes JSON,
+    events JSON) of a span of schema.WHOLE_SPANS, else None)``."""
 
     __slots__ = ("groups", "body", "n")
 
@@ -94,10 +98,17 @@ def columns(request: Any, line: bytes) -> RawJsonTraces:
                     _attributes(ev.get("attributes"), False)
                 tid = tid.lower()
                 spans.append((share(tid, tid), sid.lower(), pid.lower(), share(name, name), _KINDS[kind], start, end,
-                              _CODES[code], message, found, len(events), scope, n))
+                              _CODES[code], message, found, len(events), scope, n,
+                              _whole(sp) if name.startswith(WHOLE_SPANS) else None))
                 n += 1
         groups.append((resource, spans))
     return RawJsonTraces(groups, line, n)
+
+
+def _whole(sp: dict) -> tuple[str, str]:
+    """(attributes JSON, events JSON) of a span, as the store's columns hold a span stored as rows."""
+    row = rows([sp])[0]
+    return dumps(row["attributes"]) if row["attributes"] else "{}", dumps(row["events"]) if row["events"] else "[]"
 
 
 def _attributes(kvs: Any, wanted: bool) -> dict:

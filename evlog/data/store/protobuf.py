@@ -10,6 +10,7 @@ from typing import Any
 from evlog.data import otlp_decode
 
 from . import json_spans
+from .codec import dumps
 
 
 class RawTraces:
@@ -51,6 +52,15 @@ def decode_for_store(signal: str, body: Any) -> Any:
                     raise otlp_decode.DecodeError(f"resourceSpans: malformed span {sp.name[:60]!r}")
                 n += 1
     return RawTraces(message, body, n)
+
+
+def whole(span: Any) -> tuple[str, str]:
+    """(attributes JSON, events JSON) of one protobuf span, as the store's columns hold a span stored as rows
+    (schema.WHOLE_SPANS)."""
+    req = otlp_decode.request_class("traces")()
+    req.resource_spans.add().scope_spans.add().spans.append(span)
+    row = otlp_decode.decode_proto("traces", req)[0]
+    return dumps(row["attributes"]) if row["attributes"] else "{}", dumps(row["events"]) if row["events"] else "[]"
 
 
 class Requests:

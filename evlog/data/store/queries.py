@@ -138,11 +138,13 @@ class Queries:
         return self._span_dicts(rows)
 
     def _span_dicts(self, rows: list[tuple]) -> list[dict]:
-        raws = iter(self._requests.rows(self.reader(), [(r[17], r[18]) for r in rows if r[17] is not None]))
+        # a span kept as its request is decoded from it, unless ingest stored its columns (schema.WHOLE_SPANS)
+        raws = iter(self._requests.rows(self.reader(), [(r[17], r[18]) for r in rows
+                                                         if r[17] is not None and r[15] is None]))
         out = []
         for r in rows:
             d = dict(zip(_SPAN_COLS, r))
-            if r[17] is not None:
+            if r[17] is not None and r[15] is None:
                 full = next(raws)
                 d["attributes"], d["events"] = full["attributes"], full["events"]
             else:
@@ -290,12 +292,14 @@ class Queries:
         args.append(CAT_OTHER)
         rows = self._q(
             f"SELECT id, start, end, worker, {_attr('attributes', 'dask.transfer.source')}, "
-            f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, req, idx FROM spans "
+            f"{_attr('attributes', 'dask.transfer.bytes')}, status_code, task_key, "
+            f"CASE WHEN attributes IS NULL THEN req END, idx FROM spans "
             f"WHERE {' AND '.join(where)} ORDER BY start", tuple(args))
+        # read from its request only where ingest did not store its attributes (a store of an older evlog)
         raw = iter(self._requests.rows(self.reader(), [(r[8], r[9]) for r in rows if r[8] is not None]))
         out = []
         for rid, start, end, worker, source, nbytes, code, key, req, _idx in rows:
-            if req is not None:  # kept as its protobuf request (`evlog serve`)
+            if req is not None:
                 a = next(raw)["attributes"]
                 source, nbytes = a.get("dask.transfer.source"), a.get("dask.transfer.bytes")
             out.append((rid, start, end, worker or "", "" if source is None else str(source),

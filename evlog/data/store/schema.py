@@ -10,6 +10,10 @@ SCHEMA_VERSION = "4"  # 4: spans.state (a task life's dask.task.state); a versio
 
 # span categories: what the Gantt draws
 CAT_OTHER, CAT_SCHED_TASK, CAT_EXECUTION, CAT_POOL_TASK = 0, 1, 2, 3
+# spans whose attributes and events the dashboard reads for every one of them (transfers for the Gantt,
+# the bytes a worker holds for the plots, Dask's named spans for the fine metrics): stored as JSON columns
+# at ingest even when the span is kept as its request, so drawing a panel never decodes the run again
+WHOLE_SPANS = ("dask.transfer", "dask.worker.memory", "dask.span ")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evlog_meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS processes (
