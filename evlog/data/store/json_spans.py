@@ -49,8 +49,9 @@ class RawJsonTraces:
 def columns(request: Any, line: bytes) -> RawJsonTraces:
     """The store's columns of every span of a decoded OTLP/JSON traces request; raises on anything not plain."""
     groups = []
+    whole: list = []  # (its group's spans, its place there, the span) of each span of WHOLE_SPANS
     n = 0
-    hex32, hex16 = otlp_decode.hex32, otlp_decode.hex16
+    hex32, hex16, any_value = otlp_decode.hex32, otlp_decode.hex16, otlp_decode.any_value
     share = otlp_decode.shared_strings()
     for rs in request["resourceSpans"]:
         resource = otlp_decode.resource_of(rs, "resourceSpans")
@@ -95,20 +96,29 @@ def columns(request: Any, line: bytes) -> RawJsonTraces:
                     t = int(t) if type(t) is str else t
                     if type(en) is not str or type(t) is not int or not 0 <= t < 1 << 64:
                         raise ValueError("not a plain event")
-                    _attributes(ev.get("attributes"), False)
+                    kvs = ev.get("attributes")
+                    if not kvs:
+                        if kvs is None or kvs == []:
+                            continue
+                        raise ValueError("not plain attributes")
+                    for kv in kvs:  # _attributes(kvs, False) inline: a run has several events to a span
+                        k, v = kv["key"], kv["value"]
+                        if type(k) is not str or type(v) is not dict:
+                            raise ValueError("not plain attributes")
+                        if type(v.get("stringValue")) is not str:
+                            any_value(v)  # raises on a bad value
                 tid = tid.lower()
+                if name.startswith(WHOLE_SPANS):
+                    whole.append((spans, len(spans), sp))
                 spans.append((share(tid, tid), sid.lower(), pid.lower(), share(name, name), _KINDS[kind], start, end,
-                              _CODES[code], message, found, len(events), scope, n,
-                              _whole(sp) if name.startswith(WHOLE_SPANS) else None))
+                              _CODES[code], message, found, len(events), scope, n, None))
                 n += 1
         groups.append((resource, spans))
+    if whole:  # (attributes JSON, events JSON) as the store's columns hold a span stored as rows; decoded together
+        for (spans, i, _sp), row in zip(whole, rows([sp for _s, _i, sp in whole])):
+            a, e = row["attributes"], row["events"]
+            spans[i] = spans[i][:-1] + ((dumps(a) if a else "{}", dumps(e) if e else "[]"),)
     return RawJsonTraces(groups, line, n)
-
-
-def _whole(sp: dict) -> tuple[str, str]:
-    """(attributes JSON, events JSON) of a span, as the store's columns hold a span stored as rows."""
-    row = rows([sp])[0]
-    return dumps(row["attributes"]) if row["attributes"] else "{}", dumps(row["events"]) if row["events"] else "[]"
 
 
 def _attributes(kvs: Any, wanted: bool) -> dict:
@@ -124,10 +134,11 @@ def _attributes(kvs: Any, wanted: bool) -> dict:
         k, v = kv["key"], kv["value"]
         if type(k) is not str or type(v) is not dict:
             raise ValueError("not plain attributes")
+        x = v.get("stringValue")
+        if type(x) is not str:
+            x = any_value(v)  # raises on a bad value
         if wanted and k in _WANTED:
-            found[k] = any_value(v)
-        elif type(v.get("stringValue")) is not str:
-            any_value(v)  # raises on a bad value
+            found[k] = x
     return found
 
 
