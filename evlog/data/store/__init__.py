@@ -14,7 +14,10 @@ otlp_decode turns a span into a row dict only when its task is looked at. Buildi
 span and event costs about five times more than that, and would cap the server below the 20,000
 spans/s it must store. From a run folder (`evlog view`, the CLI), a traces line is kept the same way
 (json_spans: its columns read from the decoded line, the line stored compressed), and decoded into
-rows only where it is not plain (a line that is not well formed is then reported).
+rows only where it is not plain (a line that is not well formed is then reported). The few spans the
+dashboard reads with their attributes for every one of them (transfers, the bytes a worker holds, Dask's
+named spans: schema.WHOLE_SPANS) also get their attributes and events as JSON columns, so no panel
+decodes the stored requests again to draw them.
 
 Indexed by trace, task key, time and process: what the story, events, Gantt and summary ask for.
 A file that is not SQLite, or SQLite that is not evlog's, raises ``StoreError`` naming the file.
