@@ -328,6 +328,42 @@ def test_protobuf_and_json_paths_store_the_same_task(tmp_path):
     assert [r[1:] for r in a.dependencies()] == [r[1:] for r in b.dependencies()]
 
 
+def test_protobuf_transfers_and_bytes_held_are_read_from_their_columns(tmp_path):
+    """`evlog serve` stores the attributes and events of the spans the Gantt and the plots read whole, so
+    drawing them decodes no stored request; they answer as the same spans stored as rows."""
+    from evlog.data import otlp_decode
+
+    req = otlp_decode.request_class("traces")()
+    rs = req.resource_spans.add()
+    kv = rs.resource.attributes.add(key="service.name")
+    kv.value.string_value = "app"
+    spans = rs.scope_spans.add().spans
+    for i in range(3):
+        sp = spans.add(trace_id=b"\1" * 16, span_id=bytes([2, i]) * 4, name="dask.transfer",
+                       start_time_unix_nano=10**18 + i * 10**7, end_time_unix_nano=10**18 + i * 10**7 + 10**6)
+        for k, v in (("dask.worker.address", "tcp://127.0.0.1:1"), ("dask.transfer.source", "tcp://127.0.0.1:2")):
+            sp.attributes.add(key=k).value.string_value = v
+        sp.attributes.add(key="dask.transfer.bytes").value.int_value = 100 + i
+        spans.add(trace_id=b"\1" * 16, span_id=bytes([3, i]) * 4, name="dask.task inc", start_time_unix_nano=10**18,
+                  end_time_unix_nano=10**18 + 1)
+    mem = spans.add(trace_id=b"\1" * 16, span_id=b"\4" * 8, name="dask.worker.memory", start_time_unix_nano=10**18,
+                    end_time_unix_nano=10**18 + 10**8)
+    mem.attributes.add(key="dask.worker.address").value.string_value = "tcp://127.0.0.1:1"
+    for i in range(4):
+        ev = mem.events.add(name="dask.worker.memory", time_unix_nano=10**18 + i)
+        ev.attributes.add(key="dask.worker.nbytes").value.int_value = 10 * i
+    kept, rows = Store(str(tmp_path / "kept.sqlite")), Store(None)
+    kept.ingest([("traces", decode_for_store("traces", req.SerializeToString()))])
+    rows.ingest([("traces", otlp_decode.decode_proto("traces", req))])
+    assert kept._q("SELECT count(*) FROM spans WHERE req IS NOT NULL AND attributes IS NOT NULL")[0][0] == 4
+    kept._requests.spans = None  # a decode from here on fails the test
+    assert [r[1:] for r in kept.transfer_rows()] == [r[1:] for r in rows.transfer_rows()]
+    assert [r[4:6] for r in kept.transfer_rows()] == [("tcp://127.0.0.1:2", 100 + i) for i in range(3)]
+    assert kept.held_bytes() == rows.held_bytes() == {"tcp://127.0.0.1:1": [(10**18 + i, 10 * i) for i in range(4)]}
+    del kept._requests.spans
+    kept.close()
+
+
 def test_gantt_aggregates_what_cannot_be_drawn_and_says_so(tmp_path):
     folder = tmp_path / "run"
     make_run(str(folder), n_tasks=300, metadata=0)
