@@ -386,7 +386,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from evlog.viewer.server import Dashboard
 
     tmp = tempfile.mkdtemp(prefix="evlog-view-")
-    store = Store(os.path.join(tmp, "view.sqlite"))
+    store = Store(os.path.join(tmp, "view.sqlite"), indexes=False)  # made once the folder is read
     # the reader waits for the writer rather than holding decoded rows: a folder of a million spans is read
     # in the memory of VIEW_PENDING rows
     ingestor = Ingestor(store, max_pending_rows=VIEW_PENDING, max_batch_rows=VIEW_PENDING // 2)
@@ -420,6 +420,7 @@ def cmd_view(args: argparse.Namespace) -> int:
             if progress["state"] == "loading":
                 while not ingestor.flush(1.0) and not stop.is_set():
                     pass
+                store.make_indexes()
                 progress["state"] = "live" if args.follow else "loaded"
                 gc.enable()
                 dash.status_changed()

@@ -520,3 +520,19 @@ def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(
             ("0-Dask-Default-Threads-77-0", 0), ("MainThread", 0), ("MainThread", 1)]
     finally:
         st.close()
+
+
+def test_a_store_filled_in_bulk_gets_the_same_indexes_once_filled(tmp_path):
+    """`evlog view` stores a run folder without the span indexes and makes them once it is read."""
+    folder = tmp_path / "run"
+    make_run(str(folder), n_tasks=6)
+    whole, bulk = Store(str(tmp_path / "a.sqlite")), Store(str(tmp_path / "b.sqlite"), indexes=False)
+    names = "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'spans' ORDER BY name"
+    assert bulk._q(names) == []
+    RunFolder(str(folder)).load_into(whole)
+    RunFolder(str(folder)).load_into(bulk)
+    bulk.make_indexes()
+    assert bulk._q(names) == whole._q(names) and len(whole._q(names)) == 4
+    assert bulk.summary() == whole.summary() and bulk.gantt_rows(None) == whole.gantt_rows(None)
+    whole.close()
+    bulk.close()

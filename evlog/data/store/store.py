@@ -10,13 +10,14 @@ import threading
 from .ingest import Ingest
 from .protobuf import Requests
 from .queries import Queries
-from .schema import RUN_OF, StoreError, check_and_create
+from .schema import RUN_OF, SPAN_INDEXES, StoreError, check_and_create
 
 
 class Store(Ingest, Queries):
     """One evlog SQLite database. ``path=None`` keeps it in memory (one connection, one thread)."""
 
-    def __init__(self, path: str | None, *, create: bool = True):
+    def __init__(self, path: str | None, *, create: bool = True, indexes: bool = True):
+        """``indexes=False``: a new store gets no span indexes until ``make_indexes`` (a run folder read in bulk)."""
         self.path = os.path.abspath(path) if path else None
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
@@ -45,7 +46,7 @@ class Store(Ingest, Queries):
                     raise StoreError(f"{self.path}: cannot create the database ({e.strerror})") from None
             self.conn = sqlite3.connect(self.path or ":memory:", check_same_thread=False,
                                         isolation_level=None, timeout=30)
-            check_and_create(self.conn, self.path, create)
+            check_and_create(self.conn, self.path, create, indexes)
         except sqlite3.OperationalError as e:  # e.g. unable to open database file: a folder we may not write
             if "unable to open" not in str(e):
                 raise StoreError(f"{self.path}: damaged database ({e})") from None
@@ -57,6 +58,10 @@ class Store(Ingest, Queries):
         except sqlite3.Error as e:  # e.g. OperationalError: unable to open database file
             raise StoreError(f"{self.path or ':memory:'}: cannot open ({e})") from None
         self._load_processes()
+
+    def make_indexes(self) -> None:
+        """The span indexes of a store made with ``indexes=False``, from the rows it holds (nothing if it has them)."""
+        self.conn.executescript(SPAN_INDEXES)
 
     def _load_processes(self) -> None:
         self._proc_ids = {}
