@@ -8,6 +8,17 @@ import pytest
 from receiver import CollectingReceiver
 
 
+@pytest.fixture(scope="module")
+def synthetic_dask_run(tmp_path_factory) -> str:
+    """A synthetic run folder (tests/synthetic_run.py) of 60 Dask tasks on 2 workers x 2 threads, without
+    errors: what `evlog report --what-if` replays."""
+    from synthetic_run import make_run
+
+    path = str(tmp_path_factory.mktemp("whatif") / "run")
+    make_run(path, n_tasks=60, n_workers=2, threads=2, errors=0)
+    return path
+
+
 @pytest.fixture
 def otlp_receiver():
     """A started CollectingReceiver (gRPC and HTTP on free loopback ports), stopped afterwards."""

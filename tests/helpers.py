@@ -38,6 +38,12 @@ def evlog_env(extra: dict | None = None, **kw) -> dict:
     return env
 
 
+def evlog_cli(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m evlog.cli *args`` (evlog report, view, ...), its output captured."""
+    return subprocess.run([PYTHON, "-m", "evlog.cli", *args], capture_output=True, timeout=timeout, env=evlog_env(),
+                          cwd=cwd)
+
+
 def run_instrumented(code: str | list[str], env: dict | None = None, timeout: float = 120, cwd: str | None = None,
                      check: bool = False, stdin=None) -> subprocess.CompletedProcess:
     """Run ``python -c code`` (or a full argv list) under evlog-instrument; capture its output."""

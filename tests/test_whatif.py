@@ -17,22 +17,10 @@ import statistics
 import subprocess
 
 import pytest
-from helpers import PYTHON, evlog_env, run_instrumented
-from synthetic_run import make_run
+from helpers import PYTHON, evlog_cli, evlog_env, run_instrumented
 
 APP = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "what_if.py")
 S = 1_000_000_000
-
-
-def evlog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "evlog.cli", *args], capture_output=True, timeout=300, env=evlog_env())
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("whatif") / "run")
-    make_run(path, n_tasks=60, n_workers=2, threads=2, errors=0)
-    return path
 
 
 @pytest.mark.parametrize("value, words", [
@@ -41,22 +29,22 @@ def synthetic(tmp_path_factory):
     ("threads=2", "'threads=2': threads=T needs workers=N"),
     ("cores=4", "'cores=4': unknown key 'cores' (workers, threads or processes)"),
 ])
-def test_a_bad_shape_is_one_message_naming_it_and_exit_2(synthetic, value, words):
-    p = evlog("report", synthetic, "--what-if", "workers=2", "--what-if", value)
+def test_a_bad_shape_is_one_message_naming_it_and_exit_2(synthetic_dask_run, value, words):
+    p = evlog_cli("report", synthetic_dask_run, "--what-if", "workers=2", "--what-if", value)
     err = p.stderr.decode()
     assert p.returncode == 2 and not p.stdout
     assert err.strip().splitlines()[-1] == f"evlog report: error: argument --what-if: {words}", err
 
 
-def test_a_pool_shape_on_a_run_without_pools_says_so(synthetic):
-    p = evlog("report", synthetic, "--what-if", "processes=2")
+def test_a_pool_shape_on_a_run_without_pools_says_so(synthetic_dask_run):
+    p = evlog_cli("report", synthetic_dask_run, "--what-if", "processes=2")
     assert p.returncode == 1
     assert p.stderr.decode().strip() == ("evlog: --what-if processes=2: this run has no process-pool calls to "
                                          "replay (ProcessPoolExecutor, multiprocessing Pool)")
 
 
-def test_the_json_has_an_answer_per_shape_for_the_run_and_each_computation(synthetic, tmp_path):
-    p = evlog("report", synthetic, "--format", "json", "--what-if", "workers=1", "--what-if", "workers=4,threads=1")
+def test_the_json_has_an_answer_per_shape_for_the_run_and_each_computation(synthetic_dask_run, tmp_path):
+    p = evlog_cli("report", synthetic_dask_run, "--format", "json", "--what-if", "workers=1", "--what-if", "workers=4,threads=1")
     assert p.returncode == 0, p.stderr.decode()
     rep = json.loads(p.stdout)
     one, four = rep["what_if"]
@@ -70,11 +58,11 @@ def test_the_json_has_an_answer_per_shape_for_the_run_and_each_computation(synth
     model = rep["what_if_model"]["dask"]
     assert model["recorded"]["workers"] == 2 and model["recorded"]["threads"] == 2
     assert model["recorded"]["replayed_s"] > 0 and model["cpu_share"] == {}
-    text = evlog("report", synthetic, "--what-if", "workers=1").stdout.decode()
+    text = evlog_cli("report", synthetic_dask_run, "--what-if", "workers=1").stdout.decode()
     assert "What if (the recorded run replayed on other shapes" in text
     assert "1 worker x 2 threads" in text and "recorded on 2 workers x 2 threads" in text
     page = tmp_path / "r.html"
-    assert evlog("report", synthetic, "--format", "html", "-o", str(page), "--what-if", "workers=3").returncode == 0
+    assert evlog_cli("report", synthetic_dask_run, "--format", "html", "-o", str(page), "--what-if", "workers=3").returncode == 0
     html = page.read_text()
     assert 'id="what-if"' in html and 'data-what-if="1"' in html
     data = json.loads(html.split('<script id="report-data" type="application/json">')[1].split("</script>")[0])
@@ -162,7 +150,7 @@ def _predicted(tmp_path, recorded: list[str], shapes: list[str]) -> list[float]:
     args = ["report", run_dir, "--format", "json"]
     for s in shapes:
         args += ["--what-if", s]
-    q = evlog(*args)
+    q = evlog_cli(*args)
     assert q.returncode == 0, q.stderr.decode(errors="replace")
     return [e["predicted_s"] for e in json.loads(q.stdout)["what_if"]]
 

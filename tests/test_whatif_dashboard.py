@@ -3,34 +3,20 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
-import pytest
-from helpers import NEEDS_CHROMIUM, PYTHON, click_element, evlog_env, start_view, stop_view
-from synthetic_run import make_run
+from helpers import NEEDS_CHROMIUM, click_element, evlog_cli, start_view, stop_view
 
 pytestmark = NEEDS_CHROMIUM
 
 
-def evlog(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "evlog.cli", *args], capture_output=True, timeout=300, env=evlog_env())
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("whatif") / "run")
-    make_run(path, n_tasks=60, n_workers=2, threads=2, errors=0)
-    return path
-
-
-def test_the_dashboards_report_panel_draws_the_curve_when_asked(synthetic, tmp_path, browser):
+def test_the_dashboards_report_panel_draws_the_curve_when_asked(synthetic_dask_run, tmp_path, browser):
     """The report panel's What if: a button replays the run on 1 .. 2x its workers (api/what-if), the
     answer the HTML report's curve on the same run, drawn as a chart with its figures in words."""
     page = tmp_path / "r.html"
-    assert evlog("report", synthetic, "--format", "html", "-o", str(page), "--what-if", "workers=1").returncode == 0
+    assert evlog_cli("report", synthetic_dask_run, "--format", "html", "-o", str(page), "--what-if", "workers=1").returncode == 0
     html = page.read_text()
     expected = json.loads(html.split('<script id="report-data" type="application/json">')[1].split("</script>")[0])
-    proc, url = start_view(synthetic)
+    proc, url = start_view(synthetic_dask_run)
     try:
         browser.goto(url)
         browser.wait_js("document.getElementById('report-section').getAttribute('data-loaded')", what="the report")
