@@ -13,7 +13,7 @@ ones). Read them, do not change them.
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Meta, Raw, Struct, UnsetType
@@ -24,7 +24,7 @@ __all__ = ["rows"]
 
 _SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # otlp_decode's, by number
 _STATUS_CODES = ("UNSET", "OK", "ERROR")
-_Time = Union[int, str]  # a 64-bit integer as the JSON mapping writes it: read as otlp_decode reads it (_time)
+_Time = int | str  # a 64-bit integer as the JSON mapping writes it: read as otlp_decode reads it (_time)
 _UINT_MAX = (1 << 64) - 1
 _TraceId = Annotated[str, Meta(pattern="^[0-9a-f]{32}$")]
 _SpanId = Annotated[str, Meta(pattern="^[0-9a-f]{16}$")]
@@ -34,7 +34,7 @@ _ParentId = Annotated[str, Meta(pattern="^(?:[0-9a-f]{16})?$")]
 class _Value(Struct, gc=False, forbid_unknown_fields=True):
     """An AnyValue: a string read here, any other kind left to otlp_decode.any_value as written."""
 
-    stringValue: Union[str, UnsetType] = UNSET  # noqa: N815 (OTLP/JSON's names)
+    stringValue: str | UnsetType = UNSET  # noqa: N815 (OTLP/JSON's names)
     intValue: Any = UNSET  # noqa: N815
     doubleValue: Any = UNSET  # noqa: N815
     boolValue: Any = UNSET  # noqa: N815
@@ -79,7 +79,7 @@ class _Span(Struct, gc=False):
     attributes: list[_KeyValue] = []
     events: list[_Event] = []
     links: list[_Link] = []
-    status: Union[_Status, None] = None
+    status: _Status | None = None
 
 
 class _Scope(Struct, gc=False):
@@ -87,7 +87,7 @@ class _Scope(Struct, gc=False):
 
 
 class _ScopeSpans(Struct, gc=False):
-    scope: Union[_Scope, None] = None
+    scope: _Scope | None = None
     spans: list[_Span] = []
 
 
@@ -96,7 +96,7 @@ class _Resource(Struct, gc=False):
 
 
 class _ResourceSpans(Struct, gc=False):
-    resource: Union[_Resource, None] = None
+    resource: _Resource | None = None
     scopeSpans: list[_ScopeSpans] = []  # noqa: N815
 
 
