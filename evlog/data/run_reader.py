@@ -66,7 +66,7 @@ class RunFolder:
     """Follows the JSON-lines files of one run folder; ``poll()`` returns rows added since last time."""
 
     def __init__(self, path: str, keep_traces: Callable[[Any, bytes], Any] | None = None,
-                 span_rows: Callable[[bytes], list[dict]] | None = None):
+                 span_rows: Callable[[bytes], list] | None = None):
         """``keep_traces(request, line)``: what ``poll`` hands on for a traces line instead of its rows (a
         store's json_spans.columns); when it raises, the line is decoded into rows as any other.
         ``span_rows(line)``: a traces line's rows, faster than otlp_decode where it can (evlog.data.span_lines);
