@@ -28,6 +28,7 @@ from evlog.data import otlp_decode
 _FILE = re.compile(r"^(traces|logs|metrics)[^/]*\.jsonl(\.gz)?$")
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _CHUNK = 8 << 20  # bytes read per file per step: bounded memory for large runs
+_FEED = 64 << 10  # compressed bytes given to zlib at a time (a member of a run folder's file: 30 KB)
 _MAX_PROBLEMS = 50
 
 
@@ -179,22 +180,28 @@ class RunFolder:
         member is reported and skipped: reading resumes at the next gzip header after it."""
         out: list[bytes] = []
         pos = held = 0
+        view = memoryview(data)
         while pos < len(data) and held < limit:
             if data[pos:pos + 3] != _GZIP_MAGIC[:len(data) - pos]:
                 pos = self._resync(f, data, pos, "not a gzip member", at_end)
                 continue
             d = zlib.decompressobj(wbits=31)
-            try:
-                chunk = d.decompress(data[pos:])
+            at = pos
+            parts = []
+            try:  # fed a piece at a time: what follows the member is copied (unused_data) a piece at most
+                while not d.eof and at < len(data):
+                    piece = view[at:at + _FEED]
+                    parts.append(d.decompress(piece))
+                    at += len(piece)
             except zlib.error as e:
                 pos = self._resync(f, data, pos, str(e), at_end)
                 continue
             if not d.eof:  # being written, cut short, or longer than this chunk
                 return b"".join(out), pos, not at_end and pos == 0
             f.skipping = False
-            out.append(chunk)
-            held += len(chunk)
-            pos = len(data) - len(d.unused_data)
+            out += parts
+            held += sum(map(len, parts))
+            pos = at - len(d.unused_data)
         return b"".join(out), pos, False
 
     def _resync(self, f: _File, data: bytes, pos: int, why: str, at_end: bool) -> int:
