@@ -22,7 +22,7 @@ from msgspec import UNSET, Meta, Raw, Struct, UnsetType
 
 from evlog.data.otlp_decode import any_value, shared_strings
 
-__all__ = ["SpanEvent", "SpanRow", "as_dicts", "rows"]
+__all__ = ["SpanEvent", "SpanRow", "as_dicts", "forget", "rows"]
 
 _SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # otlp_decode's, by number
 _STATUS_CODES = ("UNSET", "OK", "ERROR")
@@ -110,6 +110,11 @@ _request = msgspec.json.Decoder(_Request).decode
 _key_values = msgspec.json.Decoder(list[_KeyValue]).decode
 _EVENT_ATTRS_MAX = 1 << 16  # distinct event attribute texts kept for sharing; cleared past it (between lines)
 _event_attrs_seen: dict[bytes, dict] = {}
+
+
+def forget() -> None:
+    """Let go of the event attributes kept for sharing (a reader done with its lines)."""
+    _event_attrs_seen.clear()
 
 
 def _attrs(kvs: list[_KeyValue], share) -> dict:

@@ -34,7 +34,9 @@ def load_folder(path: str) -> tuple[list, list, str, list]:
     spans: list = []
     logs: list = []
     points: list = []
-    for signal, rows in rf.read_all():
+    batches = rf.read_all()
+    span_lines.forget()
+    for signal, rows in batches:
         if signal == "traces":
             spans.extend(rows)
         elif signal == "logs":

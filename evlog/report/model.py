@@ -12,7 +12,7 @@ the compute span of its trace, else to a computation of its own trace.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from evlog.data.intervals import merge
 from evlog.report.common import NS
@@ -25,6 +25,7 @@ _TRANSITION_SLACK_NS = 2 * NS  # transitions recorded up to 2 s after a task spa
 _EMPTY: dict = {}  # read only
 _first = itemgetter(0)
 _start = itemgetter("start")
+_exec_start = attrgetter("start")
 
 
 class Execution:
@@ -440,7 +441,7 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
                            []).append((r["start"], r["end"]))
     for c in comps:
         for t in c.tasks.values():
-            t.executions.sort(key=lambda e: e.start)
+            t.executions.sort(key=_exec_start)
             ready = None
             for tt in t.transitions:
                 if tt[2] in _READY and tt[1] in ("waiting", "released", None):
