@@ -126,7 +126,10 @@ def _attrs(kvs: list[_KeyValue], share) -> dict:
         if s is not UNSET:
             out[share(key, key)] = share(s, s)
         else:
-            out[share(key, key)] = any_value({f: x for f in _VALUE_FIELDS if (x := getattr(v, f)) is not UNSET})
+            d = {f: x for f in _VALUE_FIELDS if (x := getattr(v, f)) is not UNSET}
+            if len(d) > 1:  # otlp_decode reads the first written, which this one cannot know
+                raise _NotPlain
+            out[share(key, key)] = any_value(d)
     return out
 
 
