@@ -185,10 +185,9 @@ class _NotPlain(Exception):
 
 
 def _time(v: int | str) -> int:
-    if type(v) is str:
-        v = int(v)  # as otlp_decode does: its message for a bad one, when it decodes the line
-    if 0 <= v <= _UINT_MAX:
-        return v
+    n = int(v)  # a string as otlp_decode reads it: its message for a bad one, when it decodes the line
+    if 0 <= n <= _UINT_MAX:
+        return n
     raise _NotPlain
 
 
