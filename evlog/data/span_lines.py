@@ -26,8 +26,9 @@ __all__ = ["SpanEvent", "SpanRow", "as_dicts", "forget", "rows"]
 
 _SPAN_KINDS = ("INTERNAL", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER")  # otlp_decode's, by number
 _STATUS_CODES = ("UNSET", "OK", "ERROR")
-_Time = int | str  # a 64-bit integer as the JSON mapping writes it: read as otlp_decode reads it (_time)
+_Time = int | str  # a 64-bit integer as the JSON mapping writes it: int() of it, as otlp_decode reads it
 _UINT_MAX = (1 << 64) - 1
+_INT_MIN = -(1 << 63)  # an intValue is int64; otlp_decode reads uint64 too
 _TraceId = Annotated[str, Meta(pattern="^[0-9a-f]{32}$")]
 _SpanId = Annotated[str, Meta(pattern="^[0-9a-f]{16}$")]
 _ParentId = Annotated[str, Meta(pattern="^(?:[0-9a-f]{16})?$")]
@@ -37,7 +38,7 @@ class _Value(Struct, gc=False, forbid_unknown_fields=True):
     """An AnyValue: a string read here, any other kind left to otlp_decode.any_value as written."""
 
     stringValue: str | UnsetType = UNSET  # noqa: N815 (OTLP/JSON's names)
-    intValue: Any = UNSET  # noqa: N815
+    intValue: int | str | UnsetType = UNSET  # noqa: N815
     doubleValue: Any = UNSET  # noqa: N815
     boolValue: Any = UNSET  # noqa: N815
     arrayValue: Any = UNSET  # noqa: N815
@@ -112,6 +113,10 @@ _EVENT_ATTRS_MAX = 1 << 16  # distinct event attribute texts kept for sharing; c
 _event_attrs_seen: dict[bytes, dict] = {}
 
 
+class _NotPlain(Exception):
+    """A value otlp_decode's full decoder reads (or names as wrong), not this one."""
+
+
 def forget() -> None:
     """Let go of the event attributes kept for sharing (a reader done with its lines)."""
     _event_attrs_seen.clear()
@@ -119,14 +124,21 @@ def forget() -> None:
 
 def _attrs(kvs: list[_KeyValue], share) -> dict:
     out = {}
+    unset = UNSET
     for kv in kvs:
         key = kv.key
         v = kv.value
         s = v.stringValue
-        if s is not UNSET:
+        if s is not unset:
             out[share(key, key)] = share(s, s)
+        elif (i := v.intValue) is not unset and v.doubleValue is v.boolValue is v.arrayValue is v.kvlistValue \
+                is v.bytesValue is unset:
+            n = int(i)  # a string as otlp_decode reads it
+            if not _INT_MIN <= n <= _UINT_MAX:
+                raise _NotPlain
+            out[share(key, key)] = n
         else:
-            d = {f: x for f in _VALUE_FIELDS if (x := getattr(v, f)) is not UNSET}
+            d = {f: x for f in _VALUE_FIELDS if (x := getattr(v, f)) is not unset}
             if len(d) > 1:  # otlp_decode reads the first written, which this one cannot know
                 raise _NotPlain
             out[share(key, key)] = any_value(d)
@@ -180,17 +192,6 @@ def as_dicts(rows: list) -> list[dict]:
     return out
 
 
-class _NotPlain(Exception):
-    """A time otlp_decode's full decoder reads (or names as wrong), not this one."""
-
-
-def _time(v: int | str) -> int:
-    n = int(v)  # a string as otlp_decode reads it: its message for a bad one, when it decodes the line
-    if 0 <= n <= _UINT_MAX:
-        return n
-    raise _NotPlain
-
-
 def _no_share(s: str, _same: str) -> str:
     return s
 
@@ -218,22 +219,14 @@ def rows(line: bytes) -> list[SpanRow]:
                     if a is None:
                         a = seen[raw] = _attrs(_key_values(raw), share) if raw and raw != b"null" else {}
                     name = ev.name
-                    t = ev.timeUnixNano
-                    if type(t) is str and t.isdigit():  # an integer as the JSON mapping writes it
-                        t = int(t)
-                    if type(t) is not int or not 0 <= t <= _UINT_MAX:
-                        t = _time(t)
+                    t = int(ev.timeUnixNano)  # a string as otlp_decode's fast path reads it
+                    if not 0 <= t <= _UINT_MAX:
+                        raise _NotPlain
                     events.append(SpanEvent(share(name, name), t, a))
                 status = sp.status
-                start, end = sp.startTimeUnixNano, sp.endTimeUnixNano
-                if type(start) is str and start.isdigit():
-                    start = int(start)
-                if type(start) is not int or not 0 <= start <= _UINT_MAX:
-                    start = _time(start)
-                if type(end) is str and end.isdigit():
-                    end = int(end)
-                if type(end) is not int or not 0 <= end <= _UINT_MAX:
-                    end = _time(end)
+                start, end = int(sp.startTimeUnixNano), int(sp.endTimeUnixNano)
+                if not 0 <= start <= _UINT_MAX or not 0 <= end <= _UINT_MAX:
+                    raise _NotPlain
                 tid, pid, name = sp.traceId, sp.parentSpanId, sp.name
                 append(SpanRow(
                     share(tid, tid),
