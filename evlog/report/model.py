@@ -476,6 +476,6 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
             spans = [(max(s, ready), min(e, finish)) for d in t.deps
                      for s, e in fetched.get((last.worker, d), ()) if s < finish and e > ready]
             left = max(0, life - ran - earlier)
-            t.transfer_ns = min(union_ns(spans) + sum(e.transfer_ns for e in t.executions), left)
+            t.transfer_ns = min((union_ns(spans) if spans else 0) + sum(e.transfer_ns for e in t.executions), left)
             t.queued_ns = left - t.transfer_ns
 
