@@ -38,6 +38,12 @@ def evlog_env(extra: dict | None = None, **kw) -> dict:
     return env
 
 
+def evlog_cli(*args: str, cwd: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m evlog.cli *args`` (evlog report, view, ...), its output captured."""
+    return subprocess.run([PYTHON, "-m", "evlog.cli", *args], capture_output=True, timeout=timeout, env=evlog_env(),
+                          cwd=cwd)
+
+
 def run_instrumented(code: str | list[str], env: dict | None = None, timeout: float = 120, cwd: str | None = None,
                      check: bool = False, stdin=None) -> subprocess.CompletedProcess:
     """Run ``python -c code`` (or a full argv list) under evlog-instrument; capture its output."""
@@ -430,8 +436,9 @@ CHROMIUM_FLAGS = [
 ]
 
 
-class Browser:
-    """A headless chromium and one page, driven synchronously over the DevTools protocol."""
+class Chromium:
+    """A headless chromium process; its DevTools port is ``port``. Pages (Browser) open in it, each in a
+    browser context of its own."""
 
     def __init__(self, timeout: float = 30.0):
         self.timeout = timeout
@@ -439,17 +446,8 @@ class Browser:
         self.proc = subprocess.Popen(
             [CHROMIUM, *CHROMIUM_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        self._id = 0
-        self._pending: dict[int, asyncio.Future] = {}
-        self.console: list[str] = []
         try:
-            port = self._devtools_port()
-            self._call(self._connect(port))
-            self.cmd("Page.enable")
-            self.cmd("Runtime.enable")
+            self.port = self._devtools_port()
         except BaseException:
             self.close()
             raise
@@ -469,18 +467,66 @@ class Browser:
 
         return wait_until(port, self.timeout, "chromium's DevTools port", interval=0.05)
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+class Browser:
+    """One page of a headless chromium, driven synchronously over the DevTools protocol: a page of
+    ``chromium`` (a shared Chromium) in a browser context of its own (its own cookies, storage and cache:
+    what another page did is not seen), or of a chromium of its own when none is given."""
+
+    def __init__(self, timeout: float = 30.0, chromium: Chromium | None = None):
+        self.timeout = timeout
+        self.chromium = chromium
+        self.own = chromium is None
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._id = 0
+        self._pending: dict[int, asyncio.Future] = {}
+        self.console: list[str] = []
+        self.context = self.target = None
+        try:
+            if self.chromium is None:
+                self.chromium = Chromium(timeout)
+            self._call(self._connect(self.chromium.port))
+            self.cmd("Page.enable")
+            self.cmd("Runtime.enable")
+        except BaseException:
+            self.close()
+            raise
+
+    async def _browser_cmd(self, method: str, **params) -> dict:
+        """One command to the browser itself (not the page), over its own websocket."""
+        async with self.session.get(f"http://127.0.0.1:{self.chromium.port}/json/version") as r:
+            url = (await r.json())["webSocketDebuggerUrl"]
+        async with self.session.ws_connect(url, max_msg_size=0) as ws:
+            await ws.send_str(json.dumps({"id": 1, "method": method, "params": params}))
+            async for msg in ws:
+                data = json.loads(msg.data)
+                if data.get("id") == 1:
+                    if "error" in data:
+                        raise RuntimeError(f"{method}: {data['error']}")
+                    return data.get("result", {})
+        raise RuntimeError(f"{method}: chromium closed the connection")
+
     async def _connect(self, port: int) -> None:
         import aiohttp
 
         self.session = aiohttp.ClientSession()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            async with self.session.get(f"http://127.0.0.1:{port}/json/list") as r:
-                pages = [t for t in await r.json() if t.get("type") == "page"]
-            if pages or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        self.ws = await self.session.ws_connect(pages[0]["webSocketDebuggerUrl"], max_msg_size=0)
+        self.context = (await self._browser_cmd("Target.createBrowserContext"))["browserContextId"]
+        self.target = (await self._browser_cmd("Target.createTarget", url="about:blank", browserContextId=self.context))["targetId"]
+        self.ws = await self.session.ws_connect(f"ws://127.0.0.1:{port}/devtools/page/{self.target}", max_msg_size=0)
         self.reader = asyncio.ensure_future(self._read())
 
     async def _read(self) -> None:
@@ -545,22 +591,27 @@ class Browser:
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
 
+    async def _disconnect(self) -> None:
+        if hasattr(self, "ws"):
+            await self.ws.close()
+        if hasattr(self, "session"):
+            try:
+                if self.target and self.chromium.alive():
+                    await self._browser_cmd("Target.closeTarget", targetId=self.target)
+                if self.context and self.chromium.alive():
+                    await self._browser_cmd("Target.disposeBrowserContext", browserContextId=self.context)
+            finally:
+                await self.session.close()
+
     def close(self) -> None:
         try:
-            if hasattr(self, "ws"):
-                self._call(self.ws.close())
-                self._call(self.session.close())
+            self._call(self._disconnect())
         except Exception:
             pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        shutil.rmtree(self.profile, ignore_errors=True)
+        if self.own and self.chromium is not None:
+            self.chromium.close()
 
 
 def element_center(browser, selector: str) -> dict:

@@ -17,6 +17,7 @@ import tty
 
 import pytest
 from helpers import PYTHON, evlog_env, read_run_folder, run_instrumented
+from receiver import CollectingReceiver
 
 from evlog.wire.console import ATTR_DROPPED, ATTR_IOSTREAM, ATTR_REPEATED
 
@@ -91,18 +92,27 @@ os.write(2, b"raw stderr without newline")
 """
 
 
-def test_terminal_output_is_byte_for_byte_what_the_program_wrote(otlp_receiver, tmp_path):
+@pytest.fixture(scope="module")
+def weird_run():
+    """WEIRD run once under evlog-instrument, its console to a receiver: (the process, the log records)."""
+    r = CollectingReceiver().start()
+    try:
+        captured = ok(run_instrumented(WEIRD, env=receiver_env(r)))
+        r.wait_for(lambda: "no trailing newline" in lines(r.logs()), 30)
+        yield captured, r.logs()
+    finally:
+        r.stop()
+
+
+def test_terminal_output_is_byte_for_byte_what_the_program_wrote(weird_run):
     plain = subprocess.run([PYTHON, "-c", WEIRD], env=evlog_env(), capture_output=True, timeout=60)
-    captured = ok(run_instrumented(WEIRD, env=receiver_env(otlp_receiver)))
+    captured, _rows = weird_run
     assert captured.stdout == plain.stdout
     assert captured.stderr == plain.stderr
-    otlp_receiver.wait_for(lambda: "no trailing newline" in lines(otlp_receiver.logs()), 30)
 
 
-def test_binary_long_and_unterminated_lines_become_records(otlp_receiver):
-    ok(run_instrumented(WEIRD, env=receiver_env(otlp_receiver)))
-    otlp_receiver.wait_for(lambda: "no trailing newline" in lines(otlp_receiver.logs()), 30)
-    rows = otlp_receiver.logs()
+def test_binary_long_and_unterminated_lines_become_records(weird_run):
+    _captured, rows = weird_run
     out = lines(rows, "stdout")
     assert "bad utf8 \ufffd\ufffd, NUL \x00, bell \x07, tab\t, colour red" in out
     assert "progress 100%" in out and not any(x.startswith("progress 10%") for x in out)

@@ -18,7 +18,6 @@ import re
 import pytest
 from helpers import (
     NEEDS_CHROMIUM,
-    REPORT_APP,
     click_bar,
     click_element,
     element_center,
@@ -28,7 +27,6 @@ from helpers import (
     shoot,
     start_view,
     stop_view,
-    viewed,
     wait_until,
 )
 
@@ -90,9 +88,12 @@ if __name__ == "__main__":
 
 
 @pytest.fixture(scope="module")
-def report_view(tmp_path_factory):
-    with viewed(tmp_path_factory.mktemp("gantt-report"), REPORT_APP) as url:
+def report_view(report_app_run):
+    proc, url = start_view(report_app_run[1], "--no-follow")
+    try:
         yield url
+    finally:
+        stop_view(proc)
 
 
 def test_a_2_worker_2_thread_run_has_4_task_rows(tmp_path, browser):

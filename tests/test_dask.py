@@ -159,6 +159,13 @@ def test_scheduler_task_span_tells_the_story_with_dask_attributes(local):
     assert attrs["dask.task.state"] == "memory" and attrs["dask.task.nbytes"] > 0
     assert sorted(attrs["dask.task.dependencies"]) == ["inc-0", "inc-1", "inc-2", "inc-3"]
     assert attrs["dask.worker.address"] in out["workers"]
+    # Dask's priority (user priority negated, generation, dask.order position): one graph's tasks share the
+    # first two, and dask.order puts a task after its dependencies
+    incs = [s["attributes"]["dask.task.priority"] for s in spans if s["attributes"].get("dask.task.key") in
+            ("inc-0", "inc-1", "inc-2", "inc-3") and s["name"] == "dask.task inc"]
+    assert len(incs) == 4 and all(len(p) == 3 and all(type(x) is int for x in p) for p in incs + [attrs["dask.task.priority"]])
+    assert {tuple(p[:2]) for p in incs} == {tuple(attrs["dask.task.priority"][:2])} and attrs["dask.task.priority"][0] == 0
+    assert attrs["dask.task.priority"][2] > max(p[2] for p in incs)
     ends = {e["attributes"]["dask.transition.finish"]: e["time"] for e in task["events"]}
     assert task["end"] == ends["memory"] and task["start"] == min(ends.values())
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from helpers import PYTHON, evlog_env, run_instrumented, wait_until
 from plain_receiver import PlainReceiver, attrs, value
 
@@ -50,65 +51,72 @@ def _run(tmp_path, receiver, *args):
     return proc, json.loads(proc.stdout.decode().splitlines()[0])
 
 
+@pytest.fixture(scope="module")
+def dask_run(tmp_path_factory):
+    """APP run once to a plain receiver, which stays up for the module's tests that only read what arrived:
+    (the receiver, the process, its output)."""
+    with PlainReceiver() as r:
+        proc, out = _run(tmp_path_factory.mktemp("exporter-process"), r)
+        yield r, proc, out
+
+
 def _tasks(receiver, prefix):
     return [(res, s) for res, s in receiver.spans() if s.name == f"dask.task {prefix}"]
 
 
-def test_dask_task_spans_reach_a_plain_receiver_in_the_client_calls_trace(tmp_path):
-    with PlainReceiver() as r:
-        proc, out = _run(tmp_path, r)
-        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        r.wait_for(lambda: len(_tasks(r, "inc")) >= 40 and _tasks(r, "fail"), timeout=60)
-        computes = {s.span_id: s for _res, s in r.spans() if s.name == "dask.compute"}
-        for res, s in _tasks(r, "inc"):
-            a = attrs(s.attributes)
-            assert a["dask.task.prefix"] == "inc" and a["dask.task.state"] == "memory"
-            assert a["dask.task.key"].startswith("inc-") and a["dask.worker.address"].startswith(("tcp://", "inproc://"))
-            assert res["process.pid"] == out["pid"] and res["dask.role"] == "scheduler"
-            assert s.parent_span_id in computes and s.trace_id == computes[s.parent_span_id].trace_id
-            assert s.start_time_unix_nano < s.end_time_unix_nano
-            story = [(attrs(e.attributes)["dask.transition.start"], attrs(e.attributes)["dask.transition.finish"])
-                     for e in s.events if e.name == "transition"]
-            assert story[0] == ("released", "waiting") and ("processing", "memory") in story, story
-            assert s.status.code == 0
-        (_res, bad), = _tasks(r, "fail")
-        assert bad.status.code == 2 and "ValueError" in bad.status.message and "bad 1" in bad.status.message
-        exc = [attrs(e.attributes) for e in bad.events if e.name == "exception"]
-        assert exc and "ValueError" in exc[0]["exception.message"] and "fail" in exc[0]["exception.stacktrace"]
-        # the workers' executions: one dask.execute span per task, in the same trace, CONSUMER
-        r.wait_for(lambda: len([1 for _r, s in r.spans() if s.name == "dask.execute inc"]) >= 40, timeout=60)
-        executes = {attrs(s.attributes)["dask.task.key"]: (res, s) for res, s in r.spans()
-                    if s.name.startswith("dask.execute ")}
-        for res, s in (executes[a] for a in executes if a.startswith("inc-")):
-            a = attrs(s.attributes)
-            assert s.kind == 5 and a["dask.task.prefix"] == "inc" and a["thread.name"] and a["thread.id"] > 0
-            assert s.parent_span_id in computes and s.trace_id == computes[s.parent_span_id].trace_id
-            assert res["process.pid"] == out["pid"] and s.start_time_unix_nano <= s.end_time_unix_nano
-        [failed] = [s for k, (_res, s) in executes.items() if k.startswith("fail-")]
-        assert failed.status.code == 2 and "bad 1" in failed.status.message
-        exc = [attrs(e.attributes) for e in failed.events if e.name == "exception"]
-        assert exc and "fail" in exc[0]["exception.stacktrace"]
+def test_dask_task_spans_reach_a_plain_receiver_in_the_client_calls_trace(dask_run):
+    r, proc, out = dask_run
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    r.wait_for(lambda: len(_tasks(r, "inc")) >= 40 and _tasks(r, "fail"), timeout=60)
+    computes = {s.span_id: s for _res, s in r.spans() if s.name == "dask.compute"}
+    for res, s in _tasks(r, "inc"):
+        a = attrs(s.attributes)
+        assert a["dask.task.prefix"] == "inc" and a["dask.task.state"] == "memory"
+        assert a["dask.task.key"].startswith("inc-") and a["dask.worker.address"].startswith(("tcp://", "inproc://"))
+        assert res["process.pid"] == out["pid"] and res["dask.role"] == "scheduler"
+        assert s.parent_span_id in computes and s.trace_id == computes[s.parent_span_id].trace_id
+        assert s.start_time_unix_nano < s.end_time_unix_nano
+        story = [(attrs(e.attributes)["dask.transition.start"], attrs(e.attributes)["dask.transition.finish"])
+                 for e in s.events if e.name == "transition"]
+        assert story[0] == ("released", "waiting") and ("processing", "memory") in story, story
+        assert s.status.code == 0
+    (_res, bad), = _tasks(r, "fail")
+    assert bad.status.code == 2 and "ValueError" in bad.status.message and "bad 1" in bad.status.message
+    exc = [attrs(e.attributes) for e in bad.events if e.name == "exception"]
+    assert exc and "ValueError" in exc[0]["exception.message"] and "fail" in exc[0]["exception.stacktrace"]
+    # the workers' executions: one dask.execute span per task, in the same trace, CONSUMER
+    r.wait_for(lambda: len([1 for _r, s in r.spans() if s.name == "dask.execute inc"]) >= 40, timeout=60)
+    executes = {attrs(s.attributes)["dask.task.key"]: (res, s) for res, s in r.spans()
+                if s.name.startswith("dask.execute ")}
+    for res, s in (executes[a] for a in executes if a.startswith("inc-")):
+        a = attrs(s.attributes)
+        assert s.kind == 5 and a["dask.task.prefix"] == "inc" and a["thread.name"] and a["thread.id"] > 0
+        assert s.parent_span_id in computes and s.trace_id == computes[s.parent_span_id].trace_id
+        assert res["process.pid"] == out["pid"] and s.start_time_unix_nano <= s.end_time_unix_nano
+    [failed] = [s for k, (_res, s) in executes.items() if k.startswith("fail-")]
+    assert failed.status.code == 2 and "bad 1" in failed.status.message
+    exc = [attrs(e.attributes) for e in failed.events if e.name == "exception"]
+    assert exc and "fail" in exc[0]["exception.stacktrace"]
 
 
-def test_held_bytes_and_the_runs_host_samples_reach_a_plain_receiver(tmp_path):
-    with PlainReceiver() as r:
-        proc, out = _run(tmp_path, r)
-        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
-        # dask.worker.memory: the 40 inc results (ints) stored, then released when the client let go
-        held = r.wait_for(lambda: [s for _res, s in r.spans() if s.name == "dask.worker.memory"]
-                          if len(_tasks(r, "inc")) >= 40 else None, timeout=60)
-        events = sorted((e.time_unix_nano, attrs(e.attributes)["dask.worker.nbytes"]) for s in held for e in s.events)
-        assert all(e.name == "dask.worker.memory" for s in held for e in s.events)
-        assert max(n for _t, n in events) >= 40 * 28 and events[-1][1] == 0  # sizeof(int) is 28
-        # the exporter process's host samples: one at the program's start, one after it ended
-        samples = r.wait_for(lambda: [(res, m) for res, m in r.metrics() if res.get("evlog.process.role") == "exporter"
-                                      and m.name == "system.cpu.load_average.1m"], timeout=30)
-        times = sorted(p.time_unix_nano for _res, m in samples for p in m.gauge.data_points)
-        assert len(times) == 2
-        tasks = [s for _res, s in r.spans() if s.name.startswith("dask.task ")]
-        assert times[0] < min(s.start_time_unix_nano for s in tasks) and times[1] > max(s.end_time_unix_nano for s in tasks)
-        res = samples[0][0]
-        assert res["service.name"] == "app" and "dask.role" not in res and res["process.pid"] != out["pid"]
+def test_held_bytes_and_the_runs_host_samples_reach_a_plain_receiver(dask_run):
+    r, proc, out = dask_run
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    # dask.worker.memory: the 40 inc results (ints) stored, then released when the client let go
+    held = r.wait_for(lambda: [s for _res, s in r.spans() if s.name == "dask.worker.memory"]
+                      if len(_tasks(r, "inc")) >= 40 else None, timeout=60)
+    events = sorted((e.time_unix_nano, attrs(e.attributes)["dask.worker.nbytes"]) for s in held for e in s.events)
+    assert all(e.name == "dask.worker.memory" for s in held for e in s.events)
+    assert max(n for _t, n in events) >= 40 * 28 and events[-1][1] == 0  # sizeof(int) is 28
+    # the exporter process's host samples: one at the program's start, one after it ended
+    samples = r.wait_for(lambda: [(res, m) for res, m in r.metrics() if res.get("evlog.process.role") == "exporter"
+                                  and m.name == "system.cpu.load_average.1m"], timeout=30)
+    times = sorted(p.time_unix_nano for _res, m in samples for p in m.gauge.data_points)
+    assert len(times) == 2
+    tasks = [s for _res, s in r.spans() if s.name.startswith("dask.task ")]
+    assert times[0] < min(s.start_time_unix_nano for s in tasks) and times[1] > max(s.end_time_unix_nano for s in tasks)
+    res = samples[0][0]
+    assert res["service.name"] == "app" and "dask.role" not in res and res["process.pid"] != out["pid"]
 
 
 def test_the_launchers_host_reading_is_read_back_and_a_malformed_one_is_refused():

@@ -120,3 +120,45 @@ def test_pool_workers_load_no_sdk(method, otlp_receiver, tmp_path):
     otlp_receiver.wait_for(lambda: {m["resource"]["process.pid"] for m in otlp_receiver.metrics()
                                     if m["name"] == "evlog.worker.saturation"} - {res["pid"]}, 60)
 
+
+
+TRACKER_APP = r'''
+import json, os, time
+import multiprocessing as mp
+import psutil
+from opentelemetry import trace
+
+def tracker():
+    for child in psutil.Process().children():
+        if "multiprocessing.resource_tracker" in " ".join(child.cmdline()):
+            return child.pid
+    return None
+
+if __name__ == "__main__":
+    with trace.get_tracer("app").start_as_current_span("app.work"):
+        lock = mp.get_context("spawn").Lock()  # a semaphore: multiprocessing starts its resource tracker
+        deadline = time.monotonic() + 60
+        while tracker() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # a program that runs a while: long enough for every process of the run to send its consumers'
+        # first readings (once a second), as the tracker did when evlog was set up in it
+        time.sleep(2.5)
+    print("RESULT " + json.dumps({"pid": os.getpid(), "tracker": tracker()}))
+'''
+
+
+def test_multiprocessing_resource_tracker_runs_without_evlog(otlp_receiver):
+    """The tracker runs none of the program's code: evlog stays out of it (its memory, its records)."""
+    proc = run_instrumented(TRACKER_APP, env=evlog_env(otlp_receiver.env("grpc"), EVLOG_SUMMARY="false"), timeout=120)
+    res = _result(proc)
+    assert proc.returncode == 0 and res["tracker"], (res, proc.stderr.decode()[-3000:])
+    assert proc.stderr.decode() == "", proc.stderr.decode()
+
+    def pids():
+        rows = otlp_receiver.spans() + otlp_receiver.logs() + otlp_receiver.metrics()
+        return {r["resource"].get("process.pid") for r in rows}
+
+    [work] = otlp_receiver.wait_for(lambda: [s for s in otlp_receiver.spans() if s["name"] == "app.work"], 60)
+    assert work["resource"]["process.pid"] == res["pid"]
+    # the run has ended (run_instrumented waits for its exporter): the tracker, gone too, sent nothing
+    assert res["tracker"] not in pids(), otlp_receiver.describe()

@@ -11,15 +11,15 @@ import os
 import subprocess
 
 import pytest
-from helpers import CHROMIUM, PYTHON, REPORT_APP, Browser, evlog_env, no_exceptions, open_page, run_app, start_view, stop_view
+from helpers import CHROMIUM, PYTHON, Browser, evlog_env, no_exceptions, open_page, run_app, start_view, stop_view
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tmp_path_factory, report_app_run):
     tmp = tmp_path_factory.mktemp("report")
-    p, run_dir = run_app(tmp, REPORT_APP)
+    p, run_dir = report_app_run
     where = next(json.loads(line) for line in p.stdout.decode().splitlines() if line.startswith('{"holder"'))
     return {"dir": str(run_dir), "tmp": tmp, **where}
 

@@ -44,7 +44,7 @@ class Life:
 
     def __init__(self, serial: int, info, worker):
         self.serial = serial  #: this builder's number of the life (the ended queue names lives by it)
-        self.info = info  #: wire.dask.TaskInfo: (prefix, group, Dask span id, carrier), from its first transition
+        self.info = info  #: wire.dask.TaskInfo: (prefix, group, Dask span id, carrier, priority), from its first transition
         self.trans: list = []  #: (start, finish, stimulus id, worker, time) per transition
         self.end: float | None = None  #: time of its first transition to memory, erred or forgotten
         self.state: str | None = None  #: that transition's finish
@@ -180,7 +180,7 @@ class Lives:
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)
 
     def _span(self, key, life: Life):
-        prefix, group, group_span, carrier = life.info  # wire.dask.TaskInfo, in order
+        prefix, group, group_span, carrier, priority = life.info  # wire.dask.TaskInfo, in order
         trans, end, state, worker, deps, err, at_end = (life.trans, life.end, life.state, life.worker, life.deps,
                                                         life.err, life.at_end)
         parent = self._parents.get(carrier)[1] if carrier else None  # read with the program's propagators
@@ -206,6 +206,10 @@ class Lives:
         nbytes, suspicious, _compute = at_end if at_end is not None else (None, 0, None)
         if nbytes is not None and nbytes >= 0:
             attrs["dask.task.nbytes"] = nbytes
+        if priority:
+            order = _priority(priority)
+            if order is not None:
+                attrs["dask.task.priority"] = order
         if deps:
             attrs["dask.task.dependencies"] = tuple([d if type(d) is str else str(d) for d in deps])
         if suspicious:
@@ -245,3 +249,16 @@ class Lives:
             end_time=int((end or trans[-1][-1]) * 1e9),
             instrumentation_scope=SCOPE,
         )
+
+
+def _priority(p) -> tuple | None:
+    """Dask's priority as an attribute value: an attribute array holds one type, so ints stay ints
+    and a priority with a float in it (a task submitted from a task: its generation less 0.01) is all
+    floats; anything else (not a tuple of numbers) is left out."""
+    if type(p) is not tuple:
+        return None
+    if all(type(x) is int for x in p):
+        return p
+    if all(type(x) in (int, float) for x in p):
+        return tuple([float(x) for x in p])
+    return None

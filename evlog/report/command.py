@@ -24,16 +24,19 @@ class ReportError(Exception):
 def load_folder(path: str) -> tuple[list, list, str, list]:
     """(spans, logs, folder, points) of a run folder (points: the metric points the report reads,
     activity.METRICS); its corrupt lines are reported on stderr and skipped."""
+    from evlog.data import span_lines
     from evlog.data.run_reader import RunFolder, RunFolderError
 
     try:
-        rf = RunFolder(path)
+        rf = RunFolder(path, span_rows=span_lines.rows)
     except RunFolderError as e:
         raise ReportError(str(e)) from None
     spans: list = []
     logs: list = []
     points: list = []
-    for signal, rows in rf.read_all():
+    batches = rf.read_all()
+    span_lines.forget()
+    for signal, rows in batches:
         if signal == "traces":
             spans.extend(rows)
         elif signal == "logs":

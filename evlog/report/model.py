@@ -12,14 +12,20 @@ the compute span of its trace, else to a computation of its own trace.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from operator import attrgetter, itemgetter
 
 from evlog.data.intervals import merge
 from evlog.report.common import NS
 from evlog.wire import dask as wire_dask
 
 _FINAL = ("memory", "erred")
+_LET_GO = ("released", "forgotten")
 _READY = ("processing", "queued", "no-worker")
 _TRANSITION_SLACK_NS = 2 * NS  # transitions recorded up to 2 s after a task span's end (conventions)
+_EMPTY: dict = {}  # read only
+_first = itemgetter(0)
+_start = itemgetter("start")
+_exec_start = attrgetter("start")
 
 
 class Execution:
@@ -67,7 +73,7 @@ class Task:
 
     __slots__ = ("key", "prefix", "span", "deps", "state", "worker", "transitions", "executions", "submitted",
                  "ready", "finish", "erred", "error", "compute_ns", "transfer_ns", "queued_ns", "erred_ns",
-                 "comp")
+                 "comp", "let_go")
 
     def __init__(self, key: str, prefix: str, span: dict | None):
         self.key = key
@@ -85,6 +91,7 @@ class Task:
         self.error = ""
         self.compute_ns = self.transfer_ns = self.queued_ns = self.erred_ns = 0
         self.comp: Computation | None = None
+        self.let_go = False  #: its span says it only let its result go (``after_result``)
         if span is not None:
             a = span["attributes"]
             deps = a.get("dask.task.dependencies")
@@ -97,19 +104,25 @@ class Task:
             self.erred = span["status_code"] == "ERROR" or self.state == "erred"
             if self.erred:
                 self.error = span["status_message"]
+            transitions = self.transitions
             for ev in span["events"]:
-                ea = ev.get("attributes") or {}
-                if ev.get("name") == "transition":
-                    self.transitions.append((ev.get("time") or 0, ea.get("dask.transition.start"),
-                                             ea.get("dask.transition.finish"), ea.get("dask.worker.address"),
-                                             ea.get("dask.stimulus_id")))
-                elif ev.get("name") == "exception" and not self.error:
+                ea = ev.get("attributes") or _EMPTY
+                name = ev.get("name")
+                if name == "transition":
+                    transitions.append((ev.get("time") or 0, ea.get("dask.transition.start"),
+                                        ea.get("dask.transition.finish"), ea.get("dask.worker.address"),
+                                        ea.get("dask.stimulus_id")))
+                elif name == "exception" and not self.error:
                     self.error = str(ea.get("exception.message") or "")
-            self.transitions.sort(key=lambda t: t[0])
-            for t in self.transitions:
+            transitions.sort(key=_first)
+            for t in transitions:
                 if t[2] in _FINAL:  # the span ends at the first of these; the transition is exact
                     self.finish = t[0]
                     break
+            if transitions:
+                self.let_go = all(x[2] in _LET_GO for x in transitions)
+            else:
+                self.let_go = self.state in _LET_GO
 
     @property
     def last(self) -> Execution | None:
@@ -344,7 +357,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
 
     lives: dict[str, list[Task]] = {}  # key -> lives in start order
     rows_of: dict[int, dict] = {}
-    for r in sorted(sched, key=lambda r: r["start"]):
+    for r in sorted(sched, key=_start):
         a = r["attributes"]
         key = str(a.get("dask.task.key") or "")
         if not key:
@@ -352,7 +365,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
         t = Task(key, str(a.get("dask.task.prefix") or r["name"][10:]), r)
         rows_of[id(t)] = r
         lives.setdefault(key, []).append(t)
-    for r in sorted(execs, key=lambda r: r["start"]):
+    for r in sorted(execs, key=_start):
         a = r["attributes"]
         key = str(a.get("dask.task.key") or "")
         if not key:
@@ -364,8 +377,10 @@ def build(span_rows: list[dict]) -> list[Computation]:
             lives.setdefault(key, []).append(life)
         life.executions.append(Execution(r))
     for ls in lives.values():
-        for t in ls:  # in start order: the last life that computed stands for the key in its computation
-            if after_result(t) and any(not after_result(x) for x in ls):
+        later = [after_result(t) for t in ls]
+        computed = not all(later)
+        for t, after in zip(ls, later):  # in start order: the last life that computed stands for the key
+            if after and computed:
                 continue  # a second life (a result released or forgotten later) never stands in for the first
             t.comp = comp(rows_of[id(t)])
             t.comp.add(t)
@@ -383,11 +398,7 @@ def build(span_rows: list[dict]) -> list[Computation]:
 def after_result(t: Task) -> bool:
     """A second life: one that only let its result go (released, then forgotten when the client or a
     closing cluster let go, more than dask_lives.GRACE after the life that computed it) and ran nothing."""
-    if t.executions:
-        return False
-    if t.transitions:
-        return all(x[2] in ("released", "forgotten") for x in t.transitions)
-    return t.span is not None and t.state in ("released", "forgotten")
+    return t.let_go and not t.executions
 
 
 def _life_for(lives: list[Task] | None, execution: dict, rows_of: dict) -> Task | None:
@@ -398,6 +409,8 @@ def _life_for(lives: list[Task] | None, execution: dict, rows_of: dict) -> Task 
     execution's times are the worker's clock."""
     if not lives:
         return None
+    if len(lives) == 1:  # what the rules below come to for one life
+        return lives[0]
     ran = [life for life in lives if not after_result(life)] or lives
     mine = [life for life in ran
             if (r := rows_of.get(id(life))) is not None and r["trace_id"] == execution["trace_id"]
@@ -428,7 +441,7 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
                            []).append((r["start"], r["end"]))
     for c in comps:
         for t in c.tasks.values():
-            t.executions.sort(key=lambda e: e.start)
+            t.executions.sort(key=_exec_start)
             ready = None
             for tt in t.transitions:
                 if tt[2] in _READY and tt[1] in ("waiting", "released", None):
@@ -463,6 +476,6 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
             spans = [(max(s, ready), min(e, finish)) for d in t.deps
                      for s, e in fetched.get((last.worker, d), ()) if s < finish and e > ready]
             left = max(0, life - ran - earlier)
-            t.transfer_ns = min(union_ns(spans) + sum(e.transfer_ns for e in t.executions), left)
+            t.transfer_ns = min((union_ns(spans) if spans else 0) + sum(e.transfer_ns for e in t.executions), left)
             t.queued_ns = left - t.transfer_ns
 

@@ -60,7 +60,8 @@ class Node:
     __slots__ = ("key", "prefix", "group", "deps", "duration", "nbytes", "cpu", "priority", "release")
 
     def __init__(self, key: str, duration: float, deps: list[int] | None = None, *, prefix: str = "",
-                 group: str = "", nbytes: int = 0, cpu: float = 0.0, priority: float = 0.0, release: float = 0.0):
+                 group: str = "", nbytes: int = 0, cpu: float = 0.0, priority: float | tuple = 0.0,
+                 release: float = 0.0):
         #: the task's key (for the caller; the replay uses indexes)
         self.key = key
         #: its prefix: the unit of Dask's duration estimates (occupancy)
@@ -75,7 +76,8 @@ class Node:
         self.nbytes = int(nbytes)
         #: the share of its running time on the CPU (holding the GIL), 0..1
         self.cpu = min(1.0, max(0.0, float(cpu)))
-        #: Dask's order: among ready tasks on a worker, the lowest runs first
+        #: Dask's order: among ready tasks on a worker, the lowest runs first (one graph's priorities are
+        #: all numbers or all tuples: they are compared with each other)
         self.priority = priority
         #: for a task without dependencies in the graph: when the scheduler gets it (ns from the start)
         self.release = float(release)

@@ -7,9 +7,9 @@ Inputs, all from the run:
 - per task: its running time alone (the ``dask.execute`` spans' compute, earlier failed attempts
   included; with more than one thread per worker and a known CPU share, less the slow-down of sharing
   the GIL with the tasks that ran beside it), its result's size (``dask.task.nbytes``), its group and
-  prefix, its priority (Dask's own, dask.order, is not recorded: the order the run started the tasks
-  in, which followed it) and, for a task without dependencies in its computation, when the scheduler
-  got it (the roots of one update-graph together);
+  prefix, its priority (Dask's own, ``dask.task.priority``; for a run recorded without it, the order
+  the run started the tasks in) and, for a task without dependencies in its computation, when the
+  scheduler got it (the roots of one update-graph together);
 - latency: the median gap between a task's last dependency ending (the scheduler's clock) and its
   start, less its transfers, over tasks whose thread was free through the gap and had run a task
   before; for a graph without dependencies, from the task's transition to processing;
@@ -291,10 +291,12 @@ def graph_of(c: Computation, cpu: dict[str, float], factors: dict[int, float]) -
     for i, st in enumerate(stimuli):
         if st:
             first[st] = min(first.get(st, got[i]), got[i])
+    attrs = [t.span["attributes"] if t.span is not None else {} for t in tasks]
+    order = _priorities(attrs, began, t0)
     nodes = []
     ends = []
     for i, t in enumerate(tasks):
-        a = t.span["attributes"] if t.span is not None else {}
+        a = attrs[i]
         run = 0.0
         for e in t.executions:
             run += max(0, e.end - e.start - e.transfer_ns) * factors.get(id(e), 1.0)
@@ -302,12 +304,22 @@ def graph_of(c: Computation, cpu: dict[str, float], factors: dict[int, float]) -
         st = stimuli[i]
         nodes.append(Node(t.key, run, deps[i], prefix=t.prefix, group=str(a.get("dask.task.group") or t.prefix),
                           nbytes=nb if isinstance(nb, int) else 0, cpu=cpu.get(t.prefix, 0.0),
-                          priority=began[i] - t0,
+                          priority=order[i],
                           release=max(0, (first[st] if st else got[i]) - t0)))
         if t.end is not None:
             ends.append(t.end)
     tail = max(0, c.end - max(ends)) if ends and c.end is not None else 0
     return Graph(nodes, tail)
+
+
+def _priorities(attrs: list[dict], began: list[int], t0: int) -> list[tuple]:
+    """Each task's place in Dask's order: its recorded priority where every task has one (one graph's
+    tasks all do), else when it started (a run recorded without priorities: Dask followed its order
+    where it could, so the start order is the nearest record of it)."""
+    recorded: list = [a.get("dask.task.priority") for a in attrs]
+    if all(type(p) in (list, tuple) and p for p in recorded):
+        return [tuple(p) for p in recorded]
+    return [(b - t0,) for b in began]
 
 
 def _ready_stimulus(t: Task) -> str | None:

@@ -32,7 +32,7 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int], l
         return spans, {}, comps
     has_sched = any(t.span is not None for c in comps for t in c.tasks.values())
     has_exec = any(t.executions for c in comps for t in c.tasks.values())
-    stored = {r["span_id"] for r in spans}
+    stored = _Ids(spans)
     left: dict[str, int] = {}
     drop: set[int] = set()
     dropped_keys: set[str] = set()
@@ -62,7 +62,21 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int], l
     return [r for r in spans if id(r) not in drop], left, whole
 
 
-def _not_whole(c: Any, stored: set, has_sched: bool, has_exec: bool, recent: bool) -> str | None:
+class _Ids:
+    """The span ids of the rows, made the first time they are asked about (only for a computation without
+    its client call's span)."""
+
+    def __init__(self, rows: list):
+        self.rows = rows
+        self.ids: set | None = None
+
+    def __contains__(self, sid: object) -> bool:
+        if self.ids is None:
+            self.ids = {r["span_id"] for r in self.rows}
+        return sid in self.ids
+
+
+def _not_whole(c: Any, stored: _Ids, has_sched: bool, has_exec: bool, recent: bool) -> str | None:
     """Why the computation is not whole yet (a short phrase), or None when it is. ``stored``: the span
     ids; ``recent``: the computation's last task ended near the end of what was recorded."""
     if c.span is None and any(r["parent_span_id"] and r["parent_span_id"] not in stored for t in c.tasks.values()

@@ -18,7 +18,7 @@ from typing import Any
 
 from evlog.data.jsonsafe import finite
 from evlog.data.store import store_points, store_rows
-from evlog.report import activity
+from evlog.report import activity, whatif_run
 from evlog.report.analysis import analyse_with_model
 from evlog.report.whole import whole_computations
 
@@ -95,6 +95,36 @@ def _link_pool_calls(store: Any, pools: dict | None) -> None:
             x["row_id"] = found[x["span_id"]]
 
 
+def _analysed(store: Any, spans: list, logs: list, source: str) -> tuple[dict, list, list]:
+    """(report dict, its spans, its whole computations), as `evlog report` makes them."""
+    spans, left, comps = whole_computations(spans)
+    rep, comps = analyse_with_model(spans, logs, source, comps, left)
+    activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
+    return rep, spans, comps
+
+
+def dashboard_what_if(store: Any, source: str = "", loading: dict | None = None) -> dict:
+    """What more or fewer workers would buy: `evlog report --what-if` for 1 .. 2x the recorded workers
+    (the HTML report's curve), asked for by a button of the report panel, as the replay of a big run
+    takes seconds. {"curve": {threads, workers, predicted_s, recorded: {workers, seconds}}, "lines":
+    the model's inputs, one line each}, or {"none": why not}."""
+    if loading and loading.get("state") == "loading":
+        return {"none": "the run folder is still being read"}
+    with _no_collections():
+        spans, logs = store_rows(store)
+        try:
+            rep, spans, comps = _analysed(store, spans, logs, source)
+            if not any(c.start is not None and c.tasks for c in comps):
+                return {"none": "this run has no whole Dask computation to replay"}
+            workers, _threads = whatif_run.recorded_shape(comps)
+            whatif_run.attach(rep, comps, spans, [whatif_run.parse_shape(f"workers={workers}")], curve=True)
+        except Exception as e:  # data the replay did not expect: say so on the panel, keep serving
+            return {"none": f"the prediction could not be made from this data: {e!r}"}
+        del spans, logs, comps
+    return finite({"curve": rep["what_if_curve"], "lines": whatif_run.model_words(rep["what_if_model"]),
+                   "partial": bool(rep.get("partial"))})
+
+
 def dashboard_report(store: Any, source: str = "", loading: dict | None = None) -> dict:
     """The report's dict, with ``marks``: the critical paths' keys, their spans' row ids, and where
     those spans sit in the Gantt (``spans_of_ids``), for the Gantt and the DAG. ``empty`` when nothing is
@@ -110,12 +140,10 @@ def dashboard_report(store: Any, source: str = "", loading: dict | None = None) 
         if not spans and not logs:
             return empty
         try:
-            spans, left, comps = whole_computations(spans)
-            rep, _ = analyse_with_model(spans, logs, source, comps, left)
-            activity.attach(rep, spans, store_points(store, activity.METRICS))  # Dask's fine performance metrics
+            rep, _spans, _comps = _analysed(store, spans, logs, source)
         except Exception as e:  # data the analysis did not expect: say so on the panel, keep serving
             return {**empty, "error": f"the report could not be made from this data: {e!r}"}
-        del spans, logs, comps
+        del spans, logs, _spans, _comps
     keys = [r["key"] for c in rep["computations"] for r in c["critical_path"]]
     ids = span_ids_of(store, keys)
     critical = sorted(i for k in set(keys) for i in ids.get(k, []))

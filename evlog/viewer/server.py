@@ -134,6 +134,7 @@ class Dashboard:
             ("/api/dag", self._dag), ("/api/task", self._task), ("/api/events", self._events),
             ("/api/metadata", self._metadata), ("/api/stream", self._stream),
             ("/api/report", self._report), ("/api/console", self._console), ("/api/progress", self._progress),
+            ("/api/what-if", self._what_if),  # the report panel's curve (viewer/report_panel.py)
             ("/api/profile", self._profile),  # flame graphs (evlog/data/panels/flame.py)
             ("/api/fine", self._fine),  # Dask's fine performance metrics and spans (panels/fine_metrics.py)
         ):
@@ -376,6 +377,15 @@ class Dashboard:
         loading = self.loading()
         state = loading.get("state") if loading else None
         return self._json(await self._run((run, "report", state), dashboard_report, st, self.source, loading))
+
+    async def _what_if(self, request: Any) -> Any:
+        """Predicted time against workers for the report panel (evlog.viewer.report_panel.dashboard_what_if)."""
+        st, run = await self._view(request)
+        from .report_panel import dashboard_what_if
+
+        loading = self.loading()
+        state = loading.get("state") if loading else None
+        return self._json(await self._run((run, "what-if", state), dashboard_what_if, st, self.source, loading))
 
     async def _profile(self, request: Any) -> Any:
         """A flame graph of the task profile: per prefix (``label``), one worker's, or one task span's."""

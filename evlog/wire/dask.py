@@ -63,6 +63,7 @@ class TaskInfo(IntEnum):
     GROUP = 1  #: its TaskGroup's name
     SPAN_ID = 2  #: its TaskGroup's Dask span id (the implicit default span's too)
     CARRIER = 3  #: the client call's trace context (a carrier: evlog.propagation), or None
+    PRIORITY = 4  #: Dask's priority of the task (TaskState.priority: a tuple of numbers, lowest runs first), or None
 
 
 class Execution(IntEnum):

@@ -6,6 +6,7 @@ time, worker, None)``. ``now`` is the exporter process's clock (time.monotonic),
 """
 from __future__ import annotations
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -21,9 +22,9 @@ KEY = "inc-5d1f"
 T0 = 1000.0
 
 
-def info(prefix="inc", group="inc-5d1f", tp=TP, span=GROUP_SPAN):
+def info(prefix="inc", group="inc-5d1f", tp=TP, span=GROUP_SPAN, priority=(0, 1, 7)):
     """A life's info, its carrier as the default propagators (tracecontext) write it on the scheduler."""
-    return (prefix, group, span, {"traceparent": tp} if tp is not None else None)
+    return (prefix, group, span, {"traceparent": tp} if tp is not None else None, priority)
 
 
 def ran(key=KEY, t=T0, worker=W1, tp=TP, deps=None, nbytes=28, suspicious=0, compute=0.25, group_span=GROUP_SPAN):
@@ -58,7 +59,7 @@ def test_a_task_life_is_one_span_child_of_the_client_call_once_its_grace_is_over
     assert (span.start_time, span.end_time) == (ns(T0), ns(T0 + 3))
     assert dict(span.attributes) == {"dask.task.key": KEY, "dask.task.prefix": "inc", "dask.task.group": "inc-5d1f",
                                      "dask.task.state": "memory", "dask.worker.address": W1, "dask.task.nbytes": 28,
-                                     "dask.task.dependencies": ("a-1", "('b', 2)")}
+                                     "dask.task.dependencies": ("a-1", "('b', 2)"), "dask.task.priority": (0, 1, 7)}
     assert transitions(span) == [
         ("transition", {"dask.transition.start": "released", "dask.transition.finish": "waiting",
                         "dask.stimulus_id": "update-graph-1"}, ns(T0)),
@@ -70,6 +71,25 @@ def test_a_task_life_is_one_span_child_of_the_client_call_once_its_grace_is_over
     assert span.resource is RES
     assert span.instrumentation_scope.name == "evlog.dask"
     assert tasks(lives.feed([], 60.0, final=True)) == []  # out once
+
+
+@pytest.mark.parametrize("priority, attribute", [
+    ((0, 1, 7), (0, 1, 7)),
+    ((0, 0.99, 3), (0.0, 0.99, 3.0)),  # a task submitted from a task: its generation less 0.01
+    ((-2, 4, 5), (-2, 4, 5)),  # priority=2 given by the program
+    (None, None),  # Dask gives none to some tasks (data scattered in)
+    ((0, "1", 2), None),  # not numbers: not an attribute array of one type
+    ([0, 1, 2], None),
+])
+def test_dask_priority_is_an_attribute_array_of_one_type(priority, attribute):
+    lives = Lives(lambda: RES)
+    recs = ran()
+    recs[0] = recs[0][:6] + (info(priority=priority),)
+    assert tasks(lives.feed(recs, 50.0)) == []
+    [span] = tasks(lives.feed([], 50.0 + GRACE))
+    assert span.attributes.get("dask.task.priority") == attribute
+    if attribute is not None:
+        assert {type(x) for x in span.attributes["dask.task.priority"]} == {type(attribute[0])}
 
 
 def test_its_release_and_forget_join_the_span_which_goes_out_when_forgotten():

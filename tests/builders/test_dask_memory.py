@@ -80,7 +80,7 @@ def test_what_cannot_be_counted_is_ignored():
 
 
 def test_lives_counts_results_stored_released_and_lost_with_their_worker():
-    info = ("inc", "inc-1", None, None)
+    info = ("inc", "inc-1", None, None, None)
     recs = [("a-1", "released", "waiting", "g", T0, None, info),
             ("a-1", "waiting", "processing", "g", T0 + 0.25, W1, None),
             ("a-1", "processing", "memory", "f", T0 + 0.5, (W1, None, None, 100, 0, 0.1), None),

@@ -151,7 +151,7 @@ def test_a_task_of_a_named_dask_span_carries_its_id_and_one_of_the_default_span_
     named, default = "5d1f6a0e-3c2b-4d5e-8f90-123456789abc", "6e2a7b1f-4d3c-4e6f-9a01-23456789abcd"
 
     def life(key, span):
-        return [(key, "released", "waiting", "g", T0, None, ("inc", "inc-1", span, CARRIER)),
+        return [(key, "released", "waiting", "g", T0, None, ("inc", "inc-1", span, CARRIER, None)),
                 (key, "waiting", "processing", "g", T0 + 1, "w", None),
                 (key, "processing", "memory", "f", T0 + 2, ("w", None, None, 8, 0, 0.1), None)]
 

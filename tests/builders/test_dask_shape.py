@@ -52,7 +52,7 @@ def run(ts, tp: str, t: float, compute: float | None = 0.25, erred: bool = False
     """Its transitions from released to memory (or erred), as the scheduler records them."""
     key, tg = ts.key, ts.group
     end = (W1, None, ("ValueError: no", "tb") if erred else None, None if erred else 8, 0, compute)
-    return [(key, "released", "waiting", "g", t, None, (tg.prefix.name, tg.name, None, tp)),
+    return [(key, "released", "waiting", "g", t, None, (tg.prefix.name, tg.name, None, tp, None)),
             (key, "waiting", "processing", "g", t + 0.25, W1, None),
             (key, "processing", "erred" if erred else "memory", "f", t + 0.5, end, None)]
 
@@ -161,10 +161,10 @@ def test_the_final_flush_closes_batches_with_what_they_have_and_counts_how_tasks
     carriers, records = split(tasks, TP, 3, T0)  # two batches of two
     a, b, c, d = tasks
     recs = records + run(a, carriers[a], T0) + run(b, carriers[b], T0 + 1, compute=None)
-    recs += [(c.key, "released", "waiting", "g", T0 + 2, None, ("inc", "inc-abc", None, carriers[c])),
+    recs += [(c.key, "released", "waiting", "g", T0 + 2, None, ("inc", "inc-abc", None, carriers[c], None)),
              (c.key, "waiting", "released", "cancel", T0 + 2.5, None, None),
              (c.key, "released", "forgotten", "cancel", T0 + 2.5, None, None),  # cancelled
-             (d.key, "released", "waiting", "g", T0 + 3, None, ("inc", "inc-abc", None, carriers[d]))]  # never ran
+             (d.key, "released", "waiting", "g", T0 + 3, None, ("inc", "inc-abc", None, carriers[d], None))]  # never ran
     out = Lives(lambda: RES).feed(recs, 50.0, final=True)
     [group] = [s for s in out if s.name == "dask.group inc"]
     assert len([s for s in out if s.name == "dask.batch inc"]) == 2

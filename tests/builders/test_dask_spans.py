@@ -25,7 +25,7 @@ T0 = 1000.0
 
 def scheduler_spans() -> list:
     """One task's life on the scheduler, released to memory, forgotten (out at once)."""
-    info = ("inc", "inc-5d1f", None, {"traceparent": TP})
+    info = ("inc", "inc-5d1f", None, {"traceparent": TP}, (0, 1, 0))
     records = [("inc-1", "released", "waiting", "update-graph-1", T0, None, info),
                ("inc-1", "waiting", "processing", "update-graph-1", T0 + 1, W1, None),
                ("inc-1", "processing", "memory", "task-finished-1", T0 + 3, (W1, None, None, 28, 0, 0.5), None),

@@ -42,12 +42,12 @@ _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 
 def _info(ts) -> tuple | None:
-    """(prefix, group, Dask span id, trace context carrier) of a task whose life begins: the fields of
-    wire.dask.TaskInfo, in order."""
+    """(prefix, group, Dask span id, trace context carrier, priority) of a task whose life begins: the
+    fields of wire.dask.TaskInfo, in order. update_graph has set the priority before the first transition."""
     if ts is None:
         return None
     tg = ts.group
-    return tg.prefix.name, tg.name, tg.span_id, dc.carrier_of(ts)
+    return tg.prefix.name, tg.name, tg.span_id, dc.carrier_of(ts), ts.priority
 
 
 class SchedulerRecorder(SchedulerPlugin):

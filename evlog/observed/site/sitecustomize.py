@@ -1,7 +1,20 @@
 """evlog's sitecustomize: set evlog up in this Python process, then run the user's own sitecustomize.
 
 evlog-instrument puts this folder first on PYTHONPATH, so every Python process of the run imports it.
+Except multiprocessing's resource tracker: a helper process of the standard library that runs none of
+the program's code (it unlinks the semaphores and shared memory the program leaked), where evlog would
+only double the process's memory and count one more process of the run.
 """
+
+#: the command multiprocessing starts its resource tracker with (``python -c "..."``)
+_TRACKER = "from multiprocessing.resource_tracker import main"
+
+
+def _runs_program_code() -> bool:
+    import sys
+
+    argv = getattr(sys, "orig_argv", ())
+    return not (len(argv) > 2 and argv[-2] == "-c" and argv[-1].startswith(_TRACKER))
 
 
 def _evlog_start():
@@ -31,5 +44,6 @@ def _chain_user_sitecustomize():
     spec.loader.exec_module(module)
 
 
-_evlog_start()
+if _runs_program_code():
+    _evlog_start()
 _chain_user_sitecustomize()

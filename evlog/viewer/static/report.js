@@ -96,6 +96,63 @@
     return d;
   }
 
+  /* What if: `evlog report --what-if` for 1 .. 2x the recorded workers (GET api/what-if), asked for by a
+     button, as the replay of a big run takes seconds. The answer stays drawn when the report is made again,
+     until another run is shown; "Predict again" replays what is stored now (a live run goes on). */
+  var whatIf = null, whatIfChart = null;  // the answer for the run shown, and its chart
+
+  function whatIfBox() {
+    var box = EV.el("div", { id: "what-if" });
+    fillWhatIf(box);
+    return box;
+  }
+
+  function fillWhatIf(box) {
+    if (whatIfChart) { whatIfChart.destroy(); whatIfChart = null; }
+    box.innerHTML = "";
+    box.appendChild(EV.el("h3", {}, "What if"));
+    if (whatIf) drawWhatIf(box, whatIf);
+    else box.appendChild(EV.el("p", { "class": "muted" }, "How long would the whole computations take on 1 to 2× the workers? " +
+      "The recorded graph is replayed on each (evlog report --what-if; docs/report.md says how)."));
+    var button = EV.el("button", { type: "button", id: "what-if-predict", onclick: function () {
+      button.disabled = true;
+      button.textContent = "Replaying…";
+      var gen = EV.runGeneration;
+      EV.api("api/what-if").then(function (w) {
+        if (gen !== EV.runGeneration) return;
+        whatIf = w;
+        fillWhatIf($("what-if") || box);
+      }, function (e) {
+        if (e && e.stale) return;
+        button.disabled = false;
+        button.textContent = "Predict";
+        box.appendChild(EV.el("p", { "class": "error" }, "The prediction failed: " + ((e && e.data && e.data.error) || (e && e.status) || e)));
+      });
+    } }, whatIf ? "Predict again" : "Predict");
+    box.appendChild(button);
+  }
+
+  function drawWhatIf(box, w) {
+    if (w.none) { box.appendChild(EV.el("p", { "class": "muted" }, "No prediction: " + w.none + ".")); return; }
+    var c = w.curve, each = c.threads + " thread" + (c.threads === 1 ? "" : "s") + " each";
+    if (w.partial) box.appendChild(EV.el("p", { "class": "partial" }, "Of the whole computations only (the report says which were left out)."));
+    box.appendChild(EV.el("p", { "class": "what-if-line" }, "Recorded on " + n(c.recorded.workers, "worker") + " (" + each + "): " +
+      EV.duration(c.recorded.seconds) + ". Predicted: " + c.workers.map(function (x, i) {
+        return n(x, "worker") + " " + EV.duration(c.predicted_s[i]);
+      }).join(" · ") + "."));
+    var chart = EV.el("div", { "class": "what-if-chart" });
+    box.appendChild(chart);
+    if (typeof uPlot !== "undefined") {
+      var recorded = c.workers.map(function (x) { return x === c.recorded.workers ? c.recorded.seconds : null; });
+      whatIfChart = new uPlot({ title: "predicted time against workers (" + each + ")", width: Math.min(900, box.clientWidth || 700),
+        height: 220, scales: { x: { time: false } }, axes: [{ label: "workers", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500] }, { label: "seconds" }],
+        series: [{ label: "workers" }, { label: "predicted", stroke: "#1a73e8", width: 2 },
+          { label: "recorded", stroke: "#d93025", paths: function () { return null; }, points: { show: true, size: 9, fill: "#d93025" } }] },
+        [c.workers, c.predicted_s, recorded], chart);
+    }
+    box.appendChild(EV.el("ul", { "class": "muted what-if-model" }, w.lines.map(function (l) { return EV.el("li", {}, l); })));
+  }
+
   function workers(ws) {
     return EV.table(["worker", "tasks", "threads", "busy", "utilisation", "idle", "longest idle", "transfer in"], ws.map(function (w) {
       return [w.address, EV.num(w.tasks), String(w.threads.length), secs(w.busy_s), pct(w.utilisation), pct(w.idle_share),
@@ -176,6 +233,7 @@
       el.appendChild(EV.el("h3", {}, "Computations"));
       rep.computations.forEach(function (c, i) { el.appendChild(computation(c, i < 3)); });
     }
+    if (rep.computations.some(function (c) { return c.tasks > 0; })) el.appendChild(whatIfBox());
     if (rep.workers.length) { el.appendChild(EV.el("h3", {}, "Workers")); el.appendChild(workers(rep.workers)); }
     if (rep.pools) el.appendChild(pools(rep.pools));
     if (rep.ranks) el.appendChild(ranks(rep.ranks));
@@ -210,6 +268,8 @@
   /** Another run is shown: its analysis at once, and nothing of the previous run meanwhile. */
   EV.resetReport = function () {
     clearTimeout(timer);
+    whatIf = null;
+    if (whatIfChart) { whatIfChart.destroy(); whatIfChart = null; }
     last = 0; busy = null; EV.report = null;
     $("report-section").removeAttribute("data-loaded");
     $("report").innerHTML = "";
