@@ -9,6 +9,7 @@ import os
 from synthetic_run import make_run
 
 from evlog.data.run_reader import RunFolder
+from evlog.data.span_lines import as_dicts
 from evlog.data.store import Store, store_rows
 from evlog.data.store.json_spans import columns
 
@@ -26,7 +27,9 @@ def _stores(path: str) -> tuple[Store, Store, RunFolder]:
     return rows, kept, folder
 
 
-def _sorted(spans: list[dict]) -> list[str]:
+def _sorted(spans: list) -> list[str]:
+    """The spans as comparable text; span_lines' records (a run folder's lines, as the report reads them) as dicts."""
+    spans = [s if isinstance(s, dict) else as_dicts([s])[0] for s in spans]
     return sorted(json.dumps({k: v for k, v in s.items() if k not in ("resource", "scope")}, sort_keys=True, default=str)
                   for s in spans)
 

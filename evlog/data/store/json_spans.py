@@ -151,9 +151,14 @@ def is_json(body: bytes) -> bool:
     return body[:1] == MARK
 
 
+def line_of(body: bytes) -> bytes:
+    """A stored line as it was read."""
+    return zlib.decompress(body[len(MARK):])
+
+
 def request_of(body: bytes) -> dict:
     """The OTLP/JSON request of a stored line."""
-    return json.loads(zlib.decompress(body[len(MARK):]))
+    return json.loads(line_of(body))
 
 
 def spans_of(body: bytes) -> list:

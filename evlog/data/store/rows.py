@@ -3,23 +3,29 @@ from __future__ import annotations
 
 import json
 
-from evlog.data import otlp_decode
+from evlog.data import otlp_decode, span_lines
 
 from . import json_spans
 
 
 def store_rows(store) -> tuple[list, list]:
     """(spans, logs) of an open Store, as otlp_decode rows: spans stored as their protobuf request are
-    decoded request by request, the others from their JSON columns. `evlog report --db` and the
+    decoded request by request, a run folder's lines as `evlog report` reads them (span_lines' records, read
+    as dicts are), the others from their JSON columns. `evlog report --db` and the
     dashboard's report panel read a store through this."""
     conn = store.reader()
     resources = {pid: json.loads(r or "{}") for pid, r in conn.execute("SELECT id, resource FROM processes")}
     spans: list = []
     for (body,) in conn.execute("SELECT body FROM requests ORDER BY id"):
-        if json_spans.is_json(body):  # a run folder's line, as `evlog view` stores it
-            spans.extend(otlp_decode.decode_spans(json_spans.request_of(body)))
+        if json_spans.is_json(body):  # a run folder's line, as `evlog view` stores it: rows as `evlog report` reads it
+            line = json_spans.line_of(body)
+            try:
+                spans.extend(span_lines.rows(line))
+            except Exception:  # not plain (stored as it was read): the full decoder reads it
+                spans.extend(otlp_decode.decode_spans(json.loads(line)))
         else:
             spans.extend(otlp_decode.decode_proto("traces", body))
+    span_lines.forget()
     run = getattr(store, "run", None)  # a store scoped to one run (Store.scoped): its requests' spans only
     if run is not None:
         spans = [s for s in spans if str(s["resource"].get("evlog.run.id", "")) == run]
