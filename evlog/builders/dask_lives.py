@@ -143,11 +143,13 @@ class Lives:
         if self._held.pending:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
-            for key, life in opened.items():
+            for key in list(opened):
+                life = opened[key]
                 if type(life) is tuple and len(life) == _RECORD:
                     life = self._life_of(life)
                 if type(life) is Life:
                     self._emit(key, life, out)
+                    opened[key] = (life.worker, life.info)  # out: not again as a later task's dependency
             opened.clear()
             self._shapes.flush(out, self.resource())
         return out
@@ -161,6 +163,35 @@ class Lives:
         return life
 
     def _emit(self, key, life: Life, out: list) -> None:
+        if life.deps:
+            self._emit_ended_deps(life.deps, out)
+        self._emit_one(key, life, out)
+
+    def _emit_ended_deps(self, deps, out: list) -> None:
+        """Dependencies that ended and still wait out their grace go out first, theirs before their own
+        dependents': a task's span never precedes its dependencies' spans, so a reader of a folder cut
+        short (a live run) that has a task's span has its dependencies' (evlog/report/whole.py)."""
+        opened = self._open
+        order: list = []
+        seen: set = set()
+        stack = [(d, False) for d in deps]
+        while stack:
+            d, expanded = stack.pop()
+            if expanded:
+                order.append(d)
+                continue
+            life = opened.get(d)
+            if d in seen or type(life) is not Life or life.end is None:
+                continue
+            seen.add(d)
+            stack.append((d, True))
+            stack.extend((x, False) for x in life.deps or ())
+        for d in order:
+            life = opened[d]
+            self._emit_one(d, life, out)
+            opened[d] = (life.worker, life.info)  # as when its grace ends: its worker and names stay
+
+    def _emit_one(self, key, life: Life, out: list) -> None:
         if not life.trans or life.info is None or self._only_released(life.trans):
             return
         span = self._span(key, life)
@@ -174,7 +205,7 @@ class Lives:
     def _only_released(self, trans: list) -> bool:
         """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
         kept in the story only, so a task costs one span however long its result lives."""
-        if trans[0][0] not in ("memory", "erred"):
+        if trans[0][0] not in ("memory", "erred", "released"):  # released: its forget, after it went out
             return False
         removed = self._removed
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)

@@ -25,8 +25,9 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int], l
     execution (when the run has any); and, near the end of what was recorded (TAIL_NS), it has as many
     results as the call asked for (``dask.task.count``: the keys of a map or submit, the outputs of a
     graph). Spans are stored as they end, so a computation still running, or one whose spans are not all
-    read yet, misses some of these. (A task's dependencies ran before it, and their spans were stored
-    first; a dependency with no span at all is data the program scattered.)"""
+    read yet, misses some of these. (A task's dependencies ran before it, and the exporter sends their
+    scheduler spans before its own, evlog/builders/dask_lives.py; a dependency with no span at all is
+    data the program scattered.)"""
     comps = build(spans)
     if not comps:
         return spans, {}, comps

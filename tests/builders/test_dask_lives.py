@@ -104,6 +104,31 @@ def test_its_release_and_forget_join_the_span_which_goes_out_when_forgotten():
     assert tasks(lives.feed([], 60.0, final=True)) == []
 
 
+def test_a_tasks_span_never_goes_out_before_its_dependencies_spans():
+    """A chain a <- b <- c: c ends and is forgotten (out at once) while a and b still wait out their grace:
+    they go out first, a before b before c, each once; their later release and forget (a's release came
+    before) make no second span."""
+    lives = Lives(lambda: RES)
+    batch = ran("a", T0) + ran("b", T0 + 3, deps=("a",)) + ran("c", T0 + 6, deps=("b",))
+    batch += [("a", "memory", "released", "update-graph-1", T0 + 6.5, None, None),  # b no longer needs it
+              ("c", "memory", "released", "client-releases-keys-1", T0 + 9.5, None, None),
+              ("c", "released", "forgotten", "client-releases-keys-1", T0 + 9.6, None, None)]
+    out = tasks(lives.feed(batch, 50.0))
+    assert [s.attributes["dask.task.key"] for s in out] == ["a", "b", "c"]
+    later = [("a", "released", "forgotten", "client-releases-keys-1", T0 + 9.7, None, None)]
+    later += [("b", a, b, "client-releases-keys-1", T0 + 9.7, None, None)
+              for a, b in (("memory", "released"), ("released", "forgotten"))]
+    assert tasks(lives.feed(later, 50.5)) == []
+    assert tasks(lives.feed([], 50.0 + GRACE)) == [] and tasks(lives.feed([], 60.0, final=True)) == []
+
+
+def test_the_final_flush_sends_each_life_once_dependencies_first():
+    lives = Lives(lambda: RES)
+    batch = ran("c", T0 + 6, deps=("b",)) + ran("a", T0) + ran("b", T0 + 3, deps=("a",))
+    assert tasks(lives.feed(batch, 50.0)) == []
+    assert [s.attributes["dask.task.key"] for s in tasks(lives.feed([], 50.1, final=True))] == ["a", "b", "c"]
+
+
 def test_a_result_released_after_its_span_went_out_costs_no_second_span():
     lives = Lives(lambda: RES)
     lives.feed(ran(), 50.0)
