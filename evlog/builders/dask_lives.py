@@ -40,7 +40,7 @@ _RECORD = 7  # fields of a wire.dask.Transition: a waiting task's first record, 
 class Life:
     """A task life still open on the exporter side: what its span will say."""
 
-    __slots__ = ("serial", "info", "trans", "end", "state", "worker", "deps", "err", "at_end")
+    __slots__ = ("serial", "info", "trans", "end", "state", "worker", "deps", "err", "at_end", "sent")
 
     def __init__(self, serial: int, info, worker):
         self.serial = serial  #: this builder's number of the life (the ended queue names lives by it)
@@ -52,6 +52,7 @@ class Life:
         self.deps: list | tuple | None = None  #: its dependencies' keys, read at memory/erred
         self.err: tuple[str, str] | None = None  #: (text, traceback) when erred
         self.at_end: tuple | None = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
+        self.sent = False  #: its span went out ahead of its grace, before a dependent's span
 
 
 class Lives:
@@ -143,13 +144,11 @@ class Lives:
         if self._held.pending:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
-            for key in list(opened):
-                life = opened[key]
+            for key, life in opened.items():
                 if type(life) is tuple and len(life) == _RECORD:
                     life = self._life_of(life)
                 if type(life) is Life:
                     self._emit(key, life, out)
-                    opened[key] = (life.worker, life.info)  # out: not again as a later task's dependency
             opened.clear()
             self._shapes.flush(out, self.resource())
         return out
@@ -163,6 +162,8 @@ class Lives:
         return life
 
     def _emit(self, key, life: Life, out: list) -> None:
+        if life.sent:  # went out before its dependent's (below)
+            return
         if life.deps:
             self._emit_ended_deps(life.deps, out)
         self._emit_one(key, life, out)
@@ -181,7 +182,7 @@ class Lives:
                 order.append(d)
                 continue
             life = opened.get(d)
-            if d in seen or type(life) is not Life or life.end is None:
+            if d in seen or type(life) is not Life or life.end is None or life.sent:
                 continue
             seen.add(d)
             stack.append((d, True))
@@ -189,7 +190,8 @@ class Lives:
         for d in order:
             life = opened[d]
             self._emit_one(d, life, out)
-            opened[d] = (life.worker, life.info)  # as when its grace ends: its worker and names stay
+            # it stays open, as in its grace: a release or forget that follows joins it and makes no span
+            life.sent = True
 
     def _emit_one(self, key, life: Life, out: list) -> None:
         if not life.trans or life.info is None or self._only_released(life.trans):
@@ -205,7 +207,7 @@ class Lives:
     def _only_released(self, trans: list) -> bool:
         """A result let go after its span went out (memory -> released -> forgotten, no worker lost):
         kept in the story only, so a task costs one span however long its result lives."""
-        if trans[0][0] not in ("memory", "erred", "released"):  # released: its forget, after it went out
+        if trans[0][0] not in ("memory", "erred"):
             return False
         removed = self._removed
         return all(t[1] in ("released", "forgotten") and t[2] not in removed for t in trans)
