@@ -24,10 +24,10 @@ def whole_computations(spans: list[dict]) -> tuple[list[dict], dict[str, int], l
     its scheduler span (when the run has any) and, if it was sent to a worker and ended in memory, its
     execution (when the run has any); and, near the end of what was recorded (TAIL_NS), it has as many
     results as the call asked for (``dask.task.count``: the keys of a map or submit, the outputs of a
-    graph). Spans are stored as they end, so a computation still running, or one whose spans are not all
-    read yet, misses some of these. (A task's dependencies ran before it, and the exporter sends their
-    scheduler spans before its own, evlog/builders/dask_lives.py; a dependency with no span at all is
-    data the program scattered.)"""
+    graph, the first of which, ``dask.task.key``, must be there). Spans are stored as they end, so a
+    computation still running, or one whose spans are not all read yet, misses some of these. (A task's
+    dependencies ran before it, and the exporter sends their scheduler spans before its own,
+    evlog/builders/dask_lives.py; a dependency with no span at all is data the program scattered.)"""
     comps = build(spans)
     if not comps:
         return spans, {}, comps
@@ -92,7 +92,16 @@ def _not_whole(c: Any, stored: _Ids, has_sched: bool, has_exec: bool, recent: bo
         needed.update(t.deps)
     count = c.span["attributes"].get("dask.task.count") if c.span is not None else None
     if recent and isinstance(count, int) and not isinstance(count, bool):
-        results = len(c.tasks) if c.method in ("map", "submit", "graph") else len(set(c.tasks) - needed)
+        if c.method in ("map", "submit", "graph"):
+            results = len(c.tasks)
+        else:
+            # An output not stored yet makes its dependencies look like outputs (nothing stored depends on
+            # them), so the count alone passes a graph cut before its last task; the call names its first
+            # output key, which must be there. (Its span goes out after its dependencies', and late: a
+            # result the client holds waits out its grace, dask_lives.GRACE.)
+            if c.first_key and c.first_key not in c.tasks:
+                return "fewer results than the call asked for"
+            results = len(set(c.tasks) - needed)
         if results < count:
             return "fewer results than the call asked for"
     return None
