@@ -514,10 +514,13 @@ def test_a_dask_executor_thread_is_one_gantt_row_however_much_its_spans_overlap(
     try:
         st.ingest([("traces", [execution(1, 0, 200, "0-Dask-Default-Threads-77-0"),
                                execution(2, 100, 300, "0-Dask-Default-Threads-77-0"),  # 100 ms of clock noise
+                               # distributed 2024.x names them without the leading number
+                               execution(5, 0, 200, "Dask-Default-Threads-77-1"),
+                               execution(6, 150, 300, "Dask-Default-Threads-77-1"),
                                execution(3, 0, 200, "MainThread"), execution(4, 100, 300, "MainThread")])])
         lanes = gantt(st)["lanes"]
         assert [(x["thread"], x["sub"]) for x in lanes] == [
-            ("0-Dask-Default-Threads-77-0", 0), ("MainThread", 0), ("MainThread", 1)]
+            ("0-Dask-Default-Threads-77-0", 0), ("Dask-Default-Threads-77-1", 0), ("MainThread", 0), ("MainThread", 1)]
     finally:
         st.close()
 

@@ -17,7 +17,9 @@ MIN_BINS, MAX_BINS = 50, 4000
 TRANSFERS = "transfers"    # the thread name of a worker's transfer lane
 IN, OUT = 0, 1             # a transfer as its lane shows it: data the worker fetched, data fetched from it
 THREAD_SLACK_NS = 25_000_000  # in one thread's lane, overlaps up to this are clocks disagreeing
-EXECUTOR_THREAD = "-Dask-Default-Threads-"  # a Dask worker's executor threads: one task at a time, always
+# a Dask worker's executor threads, one task at a time, always: "Dask-Default-Threads-{pid}-{n}" up to
+# distributed 2024.x, "{i}-Dask-Default-Threads-{pid}-{n}" on newer ones
+EXECUTOR_THREAD = "Dask-Default-Threads-"
 
 
 def _pack(rows: list[tuple], slack: int = 0) -> list[int]:
