@@ -384,7 +384,8 @@ class HttpReceiver:
             server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             if ctx is not None:
                 server.socket = ctx.wrap_socket(server.socket, server_side=True)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            # shutdown() waits for serve_forever's next poll (0.5 s by default), for each of the three
+            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
             self.servers.append(server)
             setattr(self, name, server.server_address[1])
 

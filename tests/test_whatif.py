@@ -5,9 +5,10 @@ evlog-instrument on 2 workers (2 processes), compared with plain runs (no evlog)
 
 The real runs share this 2-core machine with whatever else runs: a loaded host stretches the
 scheduler's latency (up to 0.2 s between two tasks of a chain has been seen) and the order in which
-a worker gets its tasks in a run, not in the record. So the tasks sleep 0.3-0.4 s (SCALE 1.5), three
-real runs are made per shape (interleaved), and the prediction must be within 10% of one of them; the
-median is printed for BENCHMARKS.md (benchmarks/what_if.py measures the same, and more).
+a worker gets its tasks in a run, not in the record. So the tasks sleep 0.3-0.4 s (SCALE 1.5), and the
+prediction must be within 10% of one of up to three real runs per shape (interleaved; no more are made
+once every shape has one that close). benchmarks/what_if.py measures the same, with medians, for
+BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -158,14 +159,29 @@ def _predicted(tmp_path, recorded: list[str], shapes: list[str]) -> list[float]:
 WITHIN = 0.10  # the issue's goal, of one of the real runs
 
 
-def _check(name: str, predicted: list[float], real: dict[str, list[float]]) -> None:
-    """Each shape's prediction within 10% of one of its real runs."""
+REAL_RUNS = 3  # at most, per shape
+
+
+def _close(p: float, runs: list[float]) -> bool:
+    return any(abs(p / x - 1) <= WITHIN for x in runs)
+
+
+def _check(name: str, predicted: list[float], shapes: dict[str, list[str]]) -> None:
+    """Each shape's prediction within 10% of one of its real runs: up to REAL_RUNS each, made in turn
+    (one of each shape, then again) until every shape has one that close."""
+    real: dict[str, list[float]] = {shape: [] for shape in shapes}
+    for _ in range(REAL_RUNS):
+        for (shape, args), p in zip(shapes.items(), predicted):
+            if not _close(p, real[shape]):
+                real[shape].append(_real(args))
+        if all(_close(p, runs) for p, runs in zip(predicted, real.values())):
+            break
     lines, bad = [], []
     for (shape, runs), p in zip(real.items(), predicted):
         med = statistics.median(runs)
         lines.append(f"what_if.{name}.{shape}: ratio {p / med:.3f} (predicted {p:.3f}, real {med:.3f}, s; "
                      f"real runs {', '.join(f'{x:.3f}' for x in runs)})")
-        if min(abs(p / x - 1) for x in runs) > WITHIN:
+        if not _close(p, runs):
             bad.append(shape)
     print("\n".join(lines))
     assert not bad, f"further from every real run than allowed: {bad}\n" + "\n".join(lines)
@@ -174,19 +190,11 @@ def _check(name: str, predicted: list[float], real: dict[str, list[float]]) -> N
 @pytest.mark.slow
 def test_predictions_for_a_graph_of_sleeping_tasks_are_close_to_real_runs(tmp_path):
     predicted = _predicted(tmp_path, ["sleeps", "2", "1", "1.5"], ["workers=1", "workers=4"])
-    real: dict[str, list[float]] = {"workers1": [], "workers4": []}
-    for _ in range(3):
-        real["workers1"].append(_real(["sleeps", "1", "1", "1.5"]))
-        real["workers4"].append(_real(["sleeps", "4", "1", "1.5"]))
     assert predicted[0] > 2 * predicted[1]  # the shapes are told apart: more workers help
-    _check("sleeps", predicted, real)
+    _check("sleeps", predicted, {"workers1": ["sleeps", "1", "1", "1.5"], "workers4": ["sleeps", "4", "1", "1.5"]})
 
 
 @pytest.mark.slow
 def test_predictions_for_a_pool_map_are_within_10_percent_of_real_runs(tmp_path):
     predicted = _predicted(tmp_path, ["pool", "2"], ["processes=1", "processes=4"])
-    real: dict[str, list[float]] = {"processes1": [], "processes4": []}
-    for _ in range(3):
-        real["processes1"].append(_real(["pool", "1"]))
-        real["processes4"].append(_real(["pool", "4"]))
-    _check("pool", predicted, real)
+    _check("pool", predicted, {"processes1": ["pool", "1"], "processes4": ["pool", "4"]})
