@@ -3,7 +3,8 @@
 Runs `python -c pass` plain, under `evlog-instrument` (run folder, and OTLP), as a bare child of an
 evlog run (what every worker/child process pays: sitecustomize only), and under opentelemetry-instrument
 (opentelemetry-distro, OTLP exporters for traces, metrics and logs), interleaved round by round.
-Goal: evlog adds at most half of what opentelemetry-instrument adds.
+Goal: evlog adds at most half of what opentelemetry-instrument adds. Also a program that makes one span,
+plain and under `evlog-instrument`, its export at the exit included (no goal: read).
 """
 from __future__ import annotations
 
@@ -57,8 +58,13 @@ def main() -> None:
     receiver = OTLPReceiver(sink, http_port=None).start()  # a live collector for both OTLP variants
     live = receiver.grpc_endpoint
     otel = shutil.which("opentelemetry-instrument", path=BIN) or "opentelemetry-instrument"
+    span = "from opentelemetry import trace; trace.get_tracer('bench').start_span('proof').end()"
     variants = {
         "plain": ([PY, "-c", "pass"], _env()),
+        # a program whose one span goes out at its exit: the run's exporter process, started with it, has
+        # its start-up done by then (evlog.launcher._Exporter)
+        "plain-span": ([PY, "-c", span], _env()),
+        "evlog-span": ([PY, "-m", "evlog.launcher", PY, "-c", span], _env(EVLOG_RUN_DIR=f"{tmp}/s", EVLOG_SUMMARY="false")),
         "evlog": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"], _env(EVLOG_RUN_DIR=f"{tmp}/r", EVLOG_SUMMARY="false")),
         "evlog-otlp": ([PY, "-m", "evlog.launcher", PY, "-c", "pass"],
                        _env(OTEL_EXPORTER_OTLP_ENDPOINT=live, OTEL_EXPORTER_OTLP_PROTOCOL="grpc", EVLOG_SUMMARY="false")),
@@ -79,7 +85,6 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     # Proof that the evlog variants set evlog up: the same commands with a program that makes one span
     # (`python -c pass` makes none, so it exports nothing and imports none of the SDK).
-    span = "from opentelemetry import trace; trace.get_tracer('bench').start_span('proof').end()"
     for name in ("evlog", "evlog-otlp", "evlog-child"):
         cmd, env = variants[name]
         subprocess.run(cmd[:-1] + [span], env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,6 +100,8 @@ def main() -> None:
         added = med[k] - plain
         print(f"startup.added.{k}: ratio {added / otel_added:.2f} (otel +{otel_added:.3f}, evlog +{added:.3f}, "
               "s added; goal <= 0.5)")
+    print(f"startup.one-span: ratio {med['evlog-span'] / med['plain-span']:.2f} (plain {med['plain-span']:.3f}, "
+          f"evlog {med['evlog-span']:.3f}, s per run of a program making one span, its export included)")
     print(f"startup.proof: a one-span program under the evlog variants wrote {proof} traces file(s) to run folders "
           f"(expected 2); the receiver got {received['rows']} rows (expected 1 or more)")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -128,9 +128,7 @@ def _in_foreground_of_a_terminal() -> bool:
 
 def _listen(env: dict):
     """The run's exporter socket (EVLOG_EXPORTER), bound before the program starts, so every process of
-    the run finds it; the exporter process itself starts at the first connection (``_wait``), so a run
-    that records nothing for it pays for no second interpreter. None if it cannot be bound: processes
-    then start their own."""
+    the run finds it. None if it cannot be bound: processes then start their own."""
     try:
         from evlog.wire import endpoint as exporter
 
@@ -142,9 +140,8 @@ def _listen(env: dict):
         return None
 
 
-def _wait(pid: int, listener, env: dict):
-    """Wait for the program to exit; start the exporter process when its socket gets its first
-    connection. Returns (wait status, (control pipe, pid) of the exporter process or None)."""
+def _wait(pid: int, exporter: _Exporter | None) -> int:
+    """The program's wait status, once it has exited; meanwhile, what the exporter process tells."""
     import select
 
     r, w = os.pipe()
@@ -152,26 +149,19 @@ def _wait(pid: int, listener, env: dict):
     os.set_blocking(w, False)
     old_fd = signal.set_wakeup_fd(w)  # SIGCHLD wakes the select below: no polling, no latency at exit
     old_handler = signal.signal(signal.SIGCHLD, lambda *_: None)
-    started = None
     try:
-        while listener is not None:
+        while exporter is not None and exporter.told is not None:
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                return status, started
+                return status
             try:
-                ready = select.select([listener, r], [], [])[0]
+                ready = select.select([r, exporter.told], [], [])[0]
             except (InterruptedError, KeyboardInterrupt):
                 continue
             if r in ready:
-                while True:
-                    try:
-                        if not os.read(r, 512):
-                            break
-                    except (BlockingIOError, InterruptedError):
-                        break
-            if listener in ready:
-                started = _spawn_exporter(listener, env)
-                listener = None
+                _drain(r)
+            if exporter.told in ready:
+                exporter.hear()
     finally:
         signal.set_wakeup_fd(old_fd)
         signal.signal(signal.SIGCHLD, old_handler)
@@ -179,12 +169,18 @@ def _wait(pid: int, listener, env: dict):
         os.close(w)
     while True:
         try:
-            _, status = os.waitpid(pid, 0)
-            return status, started
-        except InterruptedError:
+            return os.waitpid(pid, 0)[1]
+        except (InterruptedError, KeyboardInterrupt):
             continue
-        except KeyboardInterrupt:
-            continue
+
+
+def _drain(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 512):
+                return
+        except (BlockingIOError, InterruptedError):
+            return
 
 
 def _die_with(launcher: int) -> None:
@@ -204,12 +200,10 @@ def _die_with(launcher: int) -> None:
 RELAY_WAIT = 2.0  # seconds the launcher waits for the console relay of a program killed by a signal
 
 
-def _await_relay(stats_file: str, listener, env: dict, started):
+def _await_relay(stats_file: str) -> None:
     """The program died by a signal (SIGKILL, a crash), so nothing made it wait for its console relay:
-    the relay may still hold its last lines, not yet handed to the run's exporter process, which its
-    first connection may not even have started yet. Wait (RELAY_WAIT at most) until the relay is gone,
-    starting the exporter process if it connects. Returns what ``_wait`` returns for the exporter."""
-    import select
+    the relay may still hold its last lines, not yet handed to the run's exporter process. Wait
+    (RELAY_WAIT at most) until the relay is gone."""
     import time
 
     from evlog import stats
@@ -218,26 +212,88 @@ def _await_relay(stats_file: str, listener, env: dict, started):
     deadline = time.monotonic() + RELAY_WAIT
     while relays and time.monotonic() < deadline:
         relays = [p for p in relays if _running(p)]
-        if listener is not None and select.select([listener], [], [], 0.01)[0]:
-            started = _spawn_exporter(listener, env)
-            listener = None
-        elif listener is None and relays:
+        if relays:
             time.sleep(0.01)
-    return started
 
 
-def _spawn_exporter(listener, env: dict):
-    """The run's exporter process, at its socket's first connection (the listener is handed to it and
-    closed here); None, said once, if it cannot start."""
-    started = None
-    try:
+class _Exporter:
+    """The run's exporter process, started with the program, so that its start-up (an interpreter and the
+    OTel SDK) runs beside the program's, not after the program's last records.
+
+    It tells the launcher, on a pipe, when it listens (endpoint.LISTENING) and when it accepts its first
+    connection (endpoint.ACCEPTED). Until it listens, the launcher keeps the socket too: a connection waiting in its backlog
+    then says a process of the run connected. Once it listens, the socket is its alone, so that
+    processes of the run find no exporter once it is gone. A run none of whose processes connected ends
+    it at once, unheard: it holds nothing (``end``)."""
+
+    def __init__(self, listener, env: dict):
+        self.listener = listener  # the launcher's copy, until the exporter process listens
+        self.started = None  # (control pipe, pid)
+        self.told = None  # read end of the pipe the exporter process tells on
+        self.listening = self.connected = False
+        r, w = os.pipe()
+        try:
+            from evlog.wire import endpoint as exporter
+
+            self.started = exporter.spawn(listener, env, SITE_DIR, told=w)
+            self.told = r
+            os.set_blocking(r, False)
+        except Exception as exc:
+            os.close(r)
+            self._close_listener()
+            sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
+        finally:
+            os.close(w)
+
+    def hear(self) -> None:
+        """What the exporter process told; its end of the pipe closed once it has told all."""
+        try:
+            data = os.read(self.told, 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        from evlog.wire.endpoint import ACCEPTED, LISTENING
+
+        if LISTENING in data:
+            self.listening = True
+            self._close_listener()
+        if ACCEPTED in data:
+            self.connected = True
+        if not data:  # told all, or gone
+            os.close(self.told)
+            self.told = None
+            self._close_listener()
+
+    def end(self) -> bool:
+        """Wait for the exporter process's flush (True if it had to be killed); or, when it has not
+        listened yet and no process connected, end it at once."""
         from evlog.wire import endpoint as exporter
 
-        started = exporter.spawn(listener, env, SITE_DIR)
-    except Exception as exc:
-        sys.stderr.write(f"evlog: the exporter process could not start ({exc}); task telemetry is lost\n")
-    listener.close()
-    return started
+        if self.started is None:
+            return False
+        if self.told is not None:
+            self.hear()
+        try:
+            if self.connected or self.listening or self._waiting():
+                return exporter.end(*self.started)
+            exporter.kill(*self.started)
+            return False
+        finally:
+            self._close_listener()
+            if self.told is not None:
+                os.close(self.told)
+
+    def _waiting(self) -> bool:
+        """A connection waiting in the socket's backlog (the exporter process has not listened yet)?"""
+        import select
+
+        return self.listener is not None and bool(select.select([self.listener], [], [], 0)[0])
+
+    def _close_listener(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
 
 
 def _running(pid: int) -> bool:
@@ -285,15 +341,11 @@ def _supervise(exe: str, argv: list[str], env: dict, stats_file: str | None) -> 
             signal.signal(s, forward)
         except (OSError, ValueError):
             pass
-    status, started = _wait(pid, listener, env)
-    code = os.waitstatus_to_exitcode(status)
+    exporter = _Exporter(listener, env) if listener is not None else None
+    code = os.waitstatus_to_exitcode(_wait(pid, exporter))
     if code < 0 and stats_file:
-        started = _await_relay(stats_file, listener if started is None else None, env, started)
-    exporter_killed = False
-    if started is not None:
-        from evlog.wire import endpoint as exporter
-
-        exporter_killed = exporter.end(*started)
+        _await_relay(stats_file)
+    exporter_killed = exporter.end() if exporter is not None else False
     if stats_file:
         try:
             from evlog.observed import run

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import PYTHON, evlog_env, run_instrumented, wait_until
+from helpers import PYTHON, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs, value
 
 APP = r'''
@@ -271,9 +271,10 @@ def test_the_program_goes_on_when_the_exporter_process_dies_and_the_drop_is_coun
                                 start_new_session=True)
         try:
             assert proc.stdout.readline().strip() == b"first"
-            exporters = wait_until(lambda: [c for c in psutil.Process(proc.pid).children()
-                                            if "evlog.exporter.process" in " ".join(c.cmdline())], 20,
-                                   "the exporter process the launcher starts at the first shipment")
+            # the program's first round exported: it is connected to the exporter process (which the launcher
+            # starts with it; killed before that, the program would start one of its own)
+            r.wait_for(lambda: any(s.name == "dask.task inc" for _r, s in r.spans()), timeout=60)
+            exporters = [c for c in psutil.Process(proc.pid).children() if "evlog.exporter.process" in " ".join(c.cmdline())]
             assert len(exporters) == 1
             exporters[0].kill()  # a zombie until the launcher reaps it at the end
             out, err = proc.communicate(b"\n", timeout=120)

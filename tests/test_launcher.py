@@ -229,6 +229,37 @@ def test_user_sitecustomize_still_runs_and_setup_happens_once(tmp_path):
     assert [s["name"] for s in read_run_folder(str(tmp_path / "r"))["spans"]] == ["once"]
 
 
+def _slow_exporter_start(tmp_path) -> str:
+    """A PYTHONPATH whose sitecustomize holds the run's exporter process 1.5 s before it listens, then
+    writes the file ``woke`` (the observed program runs the same file, and goes on at once)."""
+    site = tmp_path / "slowsite"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys, time\nif 'evlog.exporter.process' in sys.orig_argv:\n    time.sleep(1.5)\n"
+        f"    open({str(tmp_path / 'woke')!r}, 'w').close()\n")
+    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+
+
+def test_what_a_short_program_sent_before_its_exporter_process_listened_is_exported(tmp_path):
+    """The launcher starts the exporter process with the program; a program done before it listens has
+    connected and written into the socket: the launcher sees the connection waiting and waits for it."""
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=_slow_exporter_start(tmp_path))
+    proc = run_instrumented("from opentelemetry import trace\nwith trace.get_tracer('t').start_as_current_span('one'): pass",
+                            env=env, check=True)
+    assert [s["name"] for s in read_run_folder(str(tmp_path / "r"))["spans"]] == ["one"]
+    assert "1 spans" in proc.stderr.decode() and (tmp_path / "woke").exists(), proc.stderr.decode()
+
+
+def test_a_program_that_sends_nothing_ends_its_exporter_process_unheard(tmp_path):
+    """Nothing connected: the exporter process, still starting, is ended at once (it never woke), and the
+    summary counts no process."""
+    env = evlog_env(EVLOG_RUN_DIR=tmp_path / "r", PYTHONPATH=_slow_exporter_start(tmp_path))
+    proc = run_instrumented("print('quiet')", env=env, check=True)
+    err = proc.stderr.decode()
+    assert proc.stdout == b"quiet\n" and "from 0 processes ->" in err, err
+    assert not (tmp_path / "woke").exists()
+
+
 def test_nested_launcher_joins_the_outer_run(tmp_path):
     inner = f"{PYTHON} -m evlog.launcher {PYTHON} -c \"from opentelemetry import trace; trace.get_tracer('t').start_span('inner').end()\""
     code = f"import subprocess; subprocess.run({inner!r}, shell=True, check=True)"

@@ -71,6 +71,11 @@ class Backlog:
             self._records -= records
             return client, records, data
 
+    def wake(self) -> None:
+        """A ``get`` waiting returns now (None when nothing came): its caller has something to check."""
+        with self._cond:
+            self._cond.notify_all()
+
     def held(self) -> int:
         """Records waiting (in memory and in the spool file)."""
         return self._records
@@ -83,7 +88,9 @@ class Backlog:
             if self._file is None:
                 import tempfile
 
-                self._file = tempfile.TemporaryFile(prefix="evlog-spool-", dir=self.spool_dir)
+                # the run folder once it exists (the exporter process may start before the program makes it)
+                folder = self.spool_dir if self.spool_dir and os.path.isdir(self.spool_dir) else None
+                self._file = tempfile.TemporaryFile(prefix="evlog-spool-", dir=folder)
             fd = self._file.fileno()
             os.pwrite(fd, _ENTRY.pack(client, records, len(data)) + data, self._write)
         except OSError as exc:

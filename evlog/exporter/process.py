@@ -1,10 +1,10 @@
 """The run's exporter process: records in, spans out through the SDK's public types and stock exporters.
 
-evlog-instrument binds its socket before the program starts and spawns it at the first connection; a
-process set up without the launcher starts its own on first use (evlog.observed.records); both through
-evlog.wire.endpoint. Observed processes connect to its abstract Unix socket (EVLOG_EXPORTER) and
-send frames (evlog/wire/frames.py): a header (bytes, records) and ``marshal`` of ``(hello, kind, meta, records)``
-(evlog.observed.records). Here:
+evlog-instrument binds its socket and spawns it as the program starts (ending it at once if no process
+connected, evlog.launcher._Exporter); a process set up without the launcher starts its own on first use
+(evlog.observed.records); both through evlog.wire.endpoint. Observed processes connect to its abstract
+Unix socket (EVLOG_EXPORTER) and send frames (evlog/wire/frames.py): a header (bytes, records) and
+``marshal`` of ``(hello, kind, meta, records)`` (evlog.observed.records). Here:
 - the reader (the main thread) only splits frames into the backlog (evlog/exporter/backlog.py: memory,
   then a spool file), so senders never wait for spans to be built or exported;
 - ``hello`` (a process's first frame, and again when its resource changes): its resource attributes and
@@ -33,6 +33,7 @@ import selectors
 import signal as signals
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -47,7 +48,7 @@ from evlog.exporter import export_failures, host_samples, select
 from evlog.exporter.backlog import Backlog
 from evlog.exporter.otlp_send import Sent
 from evlog.sdk_logging import route_sdk_logging
-from evlog.wire.endpoint import CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD
+from evlog.wire.endpoint import ACCEPTED, CONTROL_FD, EXIT_TIMEOUT, LINGER, LISTEN_FD, LISTENING, TOLD_ARG, TOLD_FD
 from evlog.wire.frames import HEADER
 
 NICE = 10
@@ -579,8 +580,7 @@ def main() -> None:
     terminated = _take_signals()
     _quiet_libraries()
     _collect_less()
-    run_dir = os.environ.get("EVLOG_RUN_DIR")
-    backlog = Backlog(run_dir if run_dir and os.path.isdir(run_dir) else None, spool=_spool_limit())
+    backlog = Backlog(os.environ.get("EVLOG_RUN_DIR") or None, spool=_spool_limit())
     builder = Builder(backlog, Pipeline(), {}, Pipeline("logs"), Pipeline("metrics"))
     reader = Reader(backlog, builder.clients)
     reader.run(terminated, lambda closing_at: _exit_watchdog(closing_at + LINGER + EXIT_TIMEOUT + 0.5, backlog, builder))
@@ -623,6 +623,17 @@ class Reader:
         self.conns: dict = {}  # socket -> [client id, unread bytes]
         self.next_id = 0
         self.closing_at = None  # monotonic time the control pipe closed
+        # the launcher's pipe (evlog.launcher._Exporter), told when this process listens and when it accepts
+        # its first connection: a run none of whose processes connects ends at once
+        self.telling = TOLD_ARG in sys.argv[1:]
+        self._tell(LISTENING)
+
+    def _tell(self, what: bytes) -> None:
+        if self.telling:
+            try:
+                os.write(TOLD_FD, what)
+            except OSError:  # the launcher is gone: the control pipe's end says so too
+                pass
 
     def run(self, terminated: list, on_closing) -> None:
         """Until the end is noticed and every process has gone (LINGER seconds at most after it);
@@ -663,6 +674,13 @@ class Reader:
             sock.close()
             return
         sock.setblocking(False)
+        if self.telling:
+            self._tell(ACCEPTED)
+            self.telling = False
+            try:
+                os.close(TOLD_FD)
+            except OSError:
+                pass
         self.next_id += 1
         self.clients[self.next_id] = _Client()
         self.conns[sock] = [self.next_id, bytearray(), None]  # id, unread bytes, its process's stats key
@@ -735,6 +753,7 @@ def _export_what_is_held(backlog, builder, ended) -> None:
     counted as dropped at exit."""
     clock = ExitClock(EXIT_TIMEOUT, builder.pipelines)
     builder.stop_at = time.monotonic()
+    backlog.wake()  # the builder thread, waiting for an entry, returns now rather than at its timeout
     builder.thread.join(min(1.0, clock.left()))
     for p in builder.pipelines:
         for sink in p.sinks or ():
