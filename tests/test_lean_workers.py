@@ -162,3 +162,23 @@ def test_multiprocessing_resource_tracker_runs_without_evlog(otlp_receiver):
     assert work["resource"]["process.pid"] == res["pid"]
     # the run has ended (run_instrumented waits for its exporter): the tracker, gone too, sent nothing
     assert res["tracker"] not in pids(), otlp_receiver.describe()
+
+
+SCRIPT_APP = r'''
+import json, logging, os, sys
+logging.getLogger("app").warning("disk almost full")  # the logging instrumentation takes it
+print("RESULT " + json.dumps({"pid": os.getpid(), "loaded": sorted(m for m in ("wrapt", "asyncio", "concurrent.futures")
+                                                                   if m in sys.modules)}))
+'''
+
+
+def test_a_plain_script_loads_neither_wrapt_nor_asyncio_and_its_logging_is_exported(otlp_receiver):
+    """Python logging is instrumented in nearly every process (OpenTelemetry's API imports logging): its
+    wrapper costs a script nothing it does not use itself (wrapt imports asyncio, which imports
+    concurrent.futures, whose instrumentation would follow)."""
+    proc = run_instrumented(SCRIPT_APP, env=evlog_env(otlp_receiver.env("grpc"), EVLOG_SUMMARY="false"), timeout=60)
+    res = _result(proc)
+    assert proc.returncode == 0 and res["loaded"] == [], (res, proc.stderr.decode()[-3000:])
+    [log] = otlp_receiver.wait_for(lambda: [r for r in otlp_receiver.logs() if r["body"] == "disk almost full"], 60)
+    assert log["resource"]["process.pid"] == res["pid"] and log["severity_text"] == "WARN", log
+    assert "disk almost full" in proc.stderr.decode()  # the program's own output, as without evlog

@@ -11,7 +11,10 @@ error is logged while the failing task's context is current (dask_worker.execute
 Nothing is added to the program's loggers, unlike the SDK's LoggingHandler on the root logger: with a
 handler there, ``logging.basicConfig()`` would do nothing and ``logging.lastResort`` would no longer print
 an unconfigured program's warnings. The method is wrapped instead, and the program's handlers run as
-before, after the record is taken. OpenTelemetry's and evlog's own loggers are left out (they report
+before, after the record is taken. The wrapper is a plain function (``functools.wraps``: its name,
+docstring and signature are the method's), not wrapt's: logging is imported by nearly every process
+(OpenTelemetry's API imports it), and wrapt 2.5 imports asyncio and importlib.metadata, about 30 ms of
+start-up a process that uses nothing else of it would pay. OpenTelemetry's and evlog's own loggers are left out (they report
 evlog's problems, once, on stderr).
 
 The record is translated as the SDK's LoggingHandler does it: body the message, severity from the
@@ -23,12 +26,11 @@ the record then carries ``log.iostream`` (stdout or stderr), as the console's li
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import traceback
-
-import wrapt
 
 from evlog import notices
 
@@ -110,14 +112,20 @@ class _Taker:
 _taker: list = []  # the _Taker while instrumented
 
 
-def _call_handlers(wrapped, instance, args, kwargs):
-    try:
-        taker = _taker[0] if _taker else None
-        if taker is not None:
-            taker.take(args[0], instance)
-    except Exception as exc:
-        notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
-    return wrapped(*args, **kwargs)
+def _wrap(original):
+    """``Logger.callHandlers`` that takes the record first."""
+
+    @functools.wraps(original)
+    def callHandlers(self, record):  # the method's own name
+        try:
+            taker = _taker[0] if _taker else None
+            if taker is not None:
+                taker.take(record, self)
+        except Exception as exc:
+            notices.warn_once("python-logging", f"a Python logging record could not be exported: {exc!r}")
+        return original(self, record)
+
+    return callHandlers
 
 
 class LoggingInstrumentor:
@@ -134,7 +142,7 @@ class LoggingInstrumentor:
             return
         _taker[:] = [_Taker(level, settings.capture == "enabled")]
         LoggingInstrumentor._original = logging.Logger.__dict__["callHandlers"]
-        wrapt.wrap_function_wrapper(logging.Logger, "callHandlers", _call_handlers)
+        logging.Logger.callHandlers = _wrap(LoggingInstrumentor._original)
 
     def uninstrument(self) -> None:
         original = LoggingInstrumentor._original
