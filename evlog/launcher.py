@@ -221,10 +221,10 @@ class _Exporter:
     OTel SDK) runs beside the program's, not after the program's last records.
 
     It tells the launcher, on a pipe, when it listens (endpoint.LISTENING) and when it accepts its first
-    connection (endpoint.ACCEPTED). Until it listens, the launcher keeps the socket too: a connection waiting in its backlog
-    then says a process of the run connected. Once it listens, the socket is its alone, so that
-    processes of the run find no exporter once it is gone. A run none of whose processes connected ends
-    it at once, unheard: it holds nothing (``end``)."""
+    connection (endpoint.ACCEPTED). Until it listens, the launcher keeps the socket too: a connection
+    waiting in its backlog then says a process of the run connected. Once it listens, the socket is its
+    alone, so that processes of the run find no exporter once it is gone. A run none of whose processes
+    connected ends it at once, unheard: it holds nothing (``end``)."""
 
     def __init__(self, listener, env: dict):
         self.listener = listener  # the launcher's copy, until the exporter process listens

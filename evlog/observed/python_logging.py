@@ -14,8 +14,8 @@ an unconfigured program's warnings. The method is wrapped instead, and the progr
 before, after the record is taken. The wrapper is a plain function (``functools.wraps``: its name,
 docstring and signature are the method's), not wrapt's: logging is imported by nearly every process
 (OpenTelemetry's API imports it), and wrapt 2.5 imports asyncio and importlib.metadata, about 30 ms of
-start-up a process that uses nothing else of it would pay. OpenTelemetry's and evlog's own loggers are left out (they report
-evlog's problems, once, on stderr).
+start-up a process that uses nothing else of it would pay. OpenTelemetry's and evlog's own loggers are
+left out (they report evlog's problems, once, on stderr).
 
 The record is translated as the SDK's LoggingHandler does it: body the message, severity from the
 level, the instrumentation scope named for the logger, attributes code.file.path, code.function.name,
