@@ -92,16 +92,12 @@ def _not_whole(c: Any, stored: _Ids, has_sched: bool, has_exec: bool, recent: bo
         needed.update(t.deps)
     count = c.span["attributes"].get("dask.task.count") if c.span is not None else None
     if recent and isinstance(count, int) and not isinstance(count, bool):
-        if c.method in ("map", "submit", "graph"):
-            results = len(c.tasks)
-        else:
-            # An output not stored yet makes its dependencies look like outputs (nothing stored depends on
-            # them), so the count alone passes a graph cut before its last task; the call names its first
-            # output key, which must be there. (Its span goes out after its dependencies', and late: a
-            # result the client holds waits out its grace, dask_lives.GRACE.)
-            if c.first_key and c.first_key not in c.tasks:
-                return "fewer results than the call asked for"
-            results = len(set(c.tasks) - needed)
-        if results < count:
+        keys = c.method in ("map", "submit", "graph")  # results: its tasks; else its graph's outputs
+        results = len(c.tasks) if keys else len(set(c.tasks) - needed)
+        # An output not stored yet makes its dependencies look like outputs (nothing stored depends on them),
+        # so the count alone passes a graph cut before its last task; the call names its first output key,
+        # which must be there. (Its span goes out after its dependencies', and late: a result the client
+        # holds waits out its grace, dask_lives.GRACE.)
+        if results < count or (not keys and c.first_key and c.first_key not in c.tasks):
             return "fewer results than the call asked for"
     return None
