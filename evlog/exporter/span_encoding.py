@@ -85,6 +85,8 @@ def _any(v) -> bytes:
         return b"\x18" + _int64(v)
     if t is float:
         return b"\x21" + _D(v)
+    if t is tuple or t is list:  # an ArrayValue, as the Sequence check below makes it, without its ABC check
+        return _field(b"\x2a", b"".join([_field(b"\x0a", _any(x)) for x in v]))
     # the stock encoder's order of isinstance checks, for every other type
     if v is None:
         return b""
