@@ -382,6 +382,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     import asyncio
     import gc
 
+    from evlog.data import heap, otlp_decode
     from evlog.data.store import Ingestor, Store
     from evlog.viewer.server import Dashboard
 
@@ -423,6 +424,8 @@ def cmd_view(args: argparse.Namespace) -> int:
                 store.make_indexes()
                 progress["state"] = "live" if args.follow else "loaded"
                 gc.enable()
+                otlp_decode.forget()  # the strings the reading shared: the store has them now
+                heap.give_back()  # what reading freed, before a report panel is made on top of it
                 dash.status_changed()
             if not args.follow:
                 return

@@ -115,3 +115,19 @@ def test_a_line_that_is_not_plain_is_stored_as_rows_and_a_corrupt_one_is_reporte
     sid = odd[0]["spanId"]
     assert store._q("SELECT kind, req FROM spans WHERE span_id = ?", (sid,)) == [("SERVER", None)]
     assert store._q("SELECT count(*) FROM spans WHERE req IS NOT NULL")[0][0] > 0
+
+
+def test_store_rows_keeps_no_strings_for_sharing_once_its_rows_are_made(tmp_path):
+    """A server makes a report panel now and then: the strings its reading shared go with the rows, not
+    held by the decoder in between (a 157k-task run's task keys pinned about 100 MB of the server's heap)."""
+    from evlog.data import otlp_decode
+
+    make_run(str(tmp_path), n_tasks=20, batch=10)
+    rows, kept, _folder = _stores(str(tmp_path))
+    for store in (rows, kept):
+        held = "inc-held-" + "x" * 20
+        otlp_decode.shared_strings()(held, held)
+        spans, _logs = store_rows(store)
+        assert spans
+        other = "".join(["inc-held-", "x" * 20])  # equal, not the same object
+        assert otlp_decode.shared_strings()(other, other) is other, "the decoder still shares a string from before"

@@ -54,6 +54,8 @@ __all__ = [
     "decode_proto",
     "decode",
     "to_otlp_json",
+    "shared_strings",
+    "forget",
     "SIGNALS",
 ]
 
@@ -359,6 +361,11 @@ def decode_spans(request: Any) -> list[dict]:
 # instead of 835 MB); strings are immutable, so rows still share no state a reader could change.
 _shared: dict = {}
 _SHARED_MAX = 1 << 18  # strings kept for sharing; cleared past it (between requests)
+
+
+def forget() -> None:
+    """Let go of the strings kept for sharing (a reader done with its rows: those it made keep theirs)."""
+    _shared.clear()
 
 
 def shared_strings():

@@ -16,6 +16,7 @@ import gc
 import threading
 from typing import Any
 
+from evlog.data import heap
 from evlog.data.jsonsafe import finite
 from evlog.data.store import store_points, store_rows
 from evlog.report import activity, whatif_run
@@ -46,6 +47,7 @@ def _no_collections():
             _making -= 1
             if _making == 0 and _was_enabled:
                 gc.enable()
+        heap.give_back()  # the report's rows, freed: the server keeps its own size between reports
 
 
 def span_ids_of(store: Any, keys: list[str]) -> dict[str, list[int]]:
