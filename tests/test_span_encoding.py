@@ -164,6 +164,22 @@ def test_values_that_are_equal_but_encode_differently_are_never_taken_from_one_a
     assert_same(with_events[::-1])
 
 
+def test_events_alike_but_their_last_attribute_are_each_the_stock_encoders():
+    """A transition's start, finish and worker repeat from task to task and its stimulus id may be its own:
+    written from a cached head and the last attribute; one that cannot be encoded is left out, as the stock
+    encoder leaves it out."""
+    res = Resource({"service.name": "app"})
+    head = {"dask.transition.start": "processing", "dask.transition.finish": "memory", "dask.worker.address": "w1"}
+    lasts = ["task-finished-1.5", "task-finished-1.5", "task-finished-2.5", "", "\udcff", "ü" * 200]
+    made = [SpanData("dask.task inc", SpanContext(7, i + 1, False), None, res, NO_ATTRIBUTES,
+                     [SpanEvent("transition", 10 + i, {**head, "dask.stimulus_id": last}),
+                      SpanEvent("transition", 11 + i, {"dask.stimulus_id": last}),
+                      SpanEvent("other", 12 + i, {**head, "dask.stimulus_id": last})])
+            for i, last in enumerate(lasts)]
+    assert_same(made)
+    assert_same(made[::-1])  # the same again, from the caches
+
+
 def test_a_full_cache_starts_again_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(span_encoding, "CACHE_LIMIT", 3)
     res = Resource({"service.name": "app"})

@@ -161,26 +161,38 @@ def _attributes_bytes(tag: bytes, attributes) -> bytes:
     return b"".join(out)
 
 
-_events: dict = {}  # (name, attribute items) -> an event's name and attributes fields
+_events: dict = {}  # (name, attribute items but the last) -> an event's name and those attributes' fields
 
 
 def _event_rest(name: str, attrs, dropped: int) -> bytes:
-    """An Event's fields after its time: name, attributes, dropped count. Written once per (name,
-    attributes) where every value is a str (a transition's start, finish, worker and stimulus repeat from
-    task to task; str only, as 1 == True == 1.0 would find one another's bytes), else each time."""
+    """An Event's fields after its time: name, attributes, dropped count. Where every value is a str, from
+    two cached parts: the name and every attribute but the last, once per (name, those attributes) (a
+    transition's start, finish and worker repeat from task to task), then the last attribute, once per
+    (key, value) as any attribute (its stimulus id: a graph's, shared by its tasks, or the task's own, met
+    once). Str only, as 1 == True == 1.0 would find one another's bytes; others are written each time."""
     if attrs and not dropped:
         for v in attrs.values():
             if type(v) is not str:
                 break
         else:
-            key = (name, *attrs.items())
-            out = _events.get(key)
-            if out is None:
-                out = _event_fields(name, attrs, 0)
+            items = list(attrs.items())
+            k, v = items.pop()
+            key = (name, *items)
+            head = _events.get(key)
+            if head is None:
+                head = _event_fields(name, dict(items), 0)
                 if len(_events) >= CACHE_LIMIT:
                     _events.clear()
-                _events[key] = out
-            return out
+                _events[key] = head
+            last = _kv_cache.get((b"\x1a", k, v, str))
+            if last is None:
+                last = _kv_field(b"\x1a", k, v)
+                if last is None:  # left out, as _attributes leaves out what cannot be encoded
+                    return head
+                if len(_kv_cache) >= CACHE_LIMIT:
+                    _kv_cache.clear()
+                _kv_cache[(b"\x1a", k, v, str)] = last
+            return head + last
     return _event_fields(name, attrs, dropped)
 
 
