@@ -146,6 +146,19 @@ def _attributes(tag: bytes, attributes, out: list) -> None:
 
 
 def _kv_field(tag: bytes, k, v) -> bytes | None:
+    if type(v) is str and type(k) is str and k:  # most values met once (a task's key): the bytes without calls
+        try:
+            kb, vb = k.encode(), v.encode()
+        except UnicodeEncodeError:
+            pass  # _kv below raises it again, and the attribute is left out with its reason
+        else:
+            n = len(vb)
+            value = b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + vb  # AnyValue.string_value (1)
+            n, m = len(kb), len(value)
+            kv = (b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + kb  # KeyValue.key (1)
+                  + b"\x12" + (_SMALL[m] if m < 0x80 else varint(m)) + value)  # KeyValue.value (2)
+            n = len(kv)
+            return tag + (_SMALL[n] if n < 0x80 else varint(n)) + kv
     try:
         return _field(tag, _kv(k, v))
     except Exception as exc:  # as the stock encoder: this attribute is left out, the others kept
