@@ -273,7 +273,8 @@ def test_a_task_that_only_waited_is_a_span_at_the_final_flush_and_a_waiting_task
     first = ran()
     waiting = [("waits-1", "released", "waiting", "update-graph-1", T0, None, info())]
     assert lives.feed(first[:1] + waiting, 50.0) == []
-    assert all(type(v) is tuple and len(v) == 7 for v in lives._open.values())  # records as they came
+    held = list(lives._open.values())
+    assert len(held) == 2 and held[0][0] is held[1][0]  # one head for the graph's waiting tasks
     lives.feed(first[1:], 50.5)
     [done] = tasks(lives.feed([], 50.5 + GRACE))
     assert done.attributes["dask.task.state"] == "memory" and done.attributes["dask.worker.address"] == W1
@@ -284,3 +285,39 @@ def test_a_task_that_only_waited_is_a_span_at_the_final_flush_and_a_waiting_task
     assert (left.start_time, left.end_time) == (ns(T0), ns(T0))
     assert transitions(left) == [("transition", {"dask.transition.start": "released", "dask.transition.finish": "waiting",
                                                  "dask.stimulus_id": "update-graph-1"}, ns(T0))]
+
+
+def test_a_waiting_task_is_held_in_little_and_goes_on_with_what_it_came_with():
+    """A whole graph waits at once: the exporter holds each task's first transition in about 250 bytes (386 as
+    the record came), whatever its priority and carrier, and its life is the one the record would have made."""
+    import marshal
+    import tracemalloc
+
+    n = 20_000
+    carrier = {"traceparent": TP}
+    records = [(("ones-2f8e", i), "released", "waiting", "update-graph-1", T0 + i * 1e-6, None,
+                ("ones", "ones-2f8e", GROUP_SPAN, carrier, (0, 1, 1000 + i))) for i in range(n)]
+    lives = Lives(lambda: RES)
+    frames = [marshal.dumps(records[i:i + 1000]) for i in range(0, n, 1000)]  # as the scheduler's frames come
+    tracemalloc.start()
+    try:
+        for f in frames:
+            lives.feed(marshal.loads(f), 50.0)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held / n < 300, f"{held / n:.0f} bytes held per waiting task"
+    odd = [("p-float", (1, 2.5)), ("p-none", None), ("p-empty", ()), ("p-list", [3, 4]), ("c-none", (0, 1, 2))]
+    recs = [(key, "released", "queued" if key == "p-none" else "waiting", f"update-graph-{key}", T0, None,
+             ("odd", "odd-1", GROUP_SPAN, None if key == "c-none" else {"traceparent": TP, "x": [1]} if key == "p-list"
+              else carrier, p)) for key, p in odd]
+    lives.feed(recs, 50.0)
+    out = {s.attributes["dask.task.key"]: s for s in tasks(lives.feed([], 60.0, final=True))}
+    assert out[str(("ones-2f8e", 7))].attributes["dask.task.priority"] == (0, 1, 1007)
+    assert out["p-float"].attributes["dask.task.priority"] == (1.0, 2.5)
+    assert "dask.task.priority" not in out["p-none"].attributes and "dask.task.priority" not in out["p-empty"].attributes
+    assert "dask.task.priority" not in out["p-list"].attributes  # not a tuple: left out, as ever
+    assert transitions(out["p-none"]) == [("transition", {"dask.transition.start": "released",
+                                                          "dask.transition.finish": "queued",
+                                                          "dask.stimulus_id": "update-graph-p-none"}, ns(T0))]
+    assert out["c-none"].parent is None and out["p-float"].parent.span_id == CALL
