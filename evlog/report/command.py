@@ -105,6 +105,11 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
                 whatif_run.attach(report, comps, spans, what_if, curve)
             except whatif_run.WhatIfError as e:
                 raise ReportError(str(e)) from None
+        # A task and its computation refer to each other, and the tasks hold every row: left so, all of it is cyclic
+        # garbage that the collector's first pass after this walks and frees (0.3-0.4 s on a run of 157k tasks).
+        # Let go of here, it is freed by reference counts as this returns.
+        for c in comps:
+            c.tasks.clear()
         return report
     finally:
         if enabled:
