@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from evlog.report import activity, whatif_run
+from evlog.report import activity
 from evlog.report.analysis import analyse_with_model
 from evlog.report.whole import whole_computations
 
@@ -101,6 +101,8 @@ def build_report(run_dir: str | None = None, db: str | None = None, runs: str = 
         report, comps = analyse_with_model(spans, logs, source, comps, left)
         activity.attach(report, spans, points)  # Dask's fine performance metrics and its spans
         if what_if:  # after activity: the replay takes each prefix's CPU share from its activity_s
+            from evlog.report import whatif_run  # imported only for it (17 ms)
+
             try:
                 whatif_run.attach(report, comps, spans, what_if, curve)
             except whatif_run.WhatIfError as e:
