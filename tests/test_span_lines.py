@@ -90,6 +90,55 @@ EVENT_VARIANTS = [
 ]
 
 
+def _arr(*values) -> dict:
+    return {"arrayValue": {"values": list(values)}}
+
+
+ARRAYS = [  # AnyValues with arrays, as an attribute's value or an event attribute's
+    _arr({"intValue": "0"}, {"intValue": "1"}, {"intValue": "45872"}),  # dask.task.priority
+    _arr({"stringValue": "('x-1f2e', 0)"}, {"stringValue": "y"}), _arr(), {"arrayValue": {}},
+    {"arrayValue": {"values": None}}, {"arrayValue": None}, {"arrayValue": []}, {"arrayValue": {"values": {}}},
+    {"arrayValue": {"values": [], "other": 1}}, _arr({"intValue": 3}, {"intValue": 3.0}, {"intValue": 3.5}),
+    _arr({"intValue": str(1 << 63)}, {"intValue": str(-(1 << 63))}), _arr({"intValue": str(1 << 64)}),
+    _arr({"intValue": str(-(1 << 63) - 1)}), _arr({"intValue": " 7"}), _arr({"intValue": "x"}),
+    _arr({"intValue": None}), _arr({"intValue": True}), _arr({"doubleValue": 1.5}, {"doubleValue": 2}),
+    _arr({"doubleValue": "-Infinity"}, {"doubleValue": "x"}), _arr({"boolValue": True}, {"boolValue": 0}),
+    _arr({"stringValue": "a"}, {"intValue": "2"}, {"doubleValue": 0.5}, {"boolValue": False}, {},
+         {"bytesValue": "aGk"}, {"kvlistValue": {"values": [{"key": "k", "value": {"intValue": "1"}}]}}),
+    _arr({"bytesValue": "*"}), _arr({"stringValue": 5}), _arr({"stringValue": None}), _arr(None), _arr(3),
+    _arr({"fooValue": 1}), _arr({"intValue": "3", "stringValue": "x"}), _arr({"stringValue": "x", "intValue": "3"}),
+    _arr({"doubleValue": 1.5, "intValue": "3"}), _arr({"arrayValue": {"values": [{"intValue": "4"}]}}),
+    _arr(_arr(_arr({"stringValue": "deep"}), _arr()), {"intValue": "1"}), _arr(_arr({"intValue": str(1 << 64)})),
+    _arr({"arrayValue": None}), {"arrayValue": {"values": [{"intValue": "1"}]}, "intValue": "2"},
+    {"intValue": "2", "arrayValue": {"values": [{"intValue": "1"}]}}, {"arrayValue": _arr(), "stringValue": "s"},
+]
+
+
+def _same(a, b) -> bool:
+    """Equal and of the same types all the way down (1 == 1.0 == True for ``==``, not in a report's JSON)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return repr(a) == repr(b)
+
+
+def test_arrays_decode_as_otlp_decode_decodes_them_or_are_left_to_it(run):
+    sp = json.loads(_lines(run)[0])["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    fast = 0
+    for value in ARRAYS:
+        kvs = [{"key": "n", "value": {"intValue": "1"}}, {"key": "a", "value": value}]
+        v = dict(sp, attributes=kvs, events=[{"name": "e", "timeUnixNano": "1", "attributes": kvs}])
+        line = json.dumps({"resourceSpans": [{"resource": {"attributes": kvs}, "scopeSpans": [{"spans": [v]}]}]})
+        got, want = _fast(line.encode()), _full(line.encode())
+        if got is not None:
+            fast += 1
+            assert _same(got, want), (value, got, want)
+    assert fast >= 12  # arrays of plain values do take this path
+
+
 def _requests(run: str) -> list[dict]:
     """One request per kind of span of the run (scheduler, execution, erred, with events), as a line holds it."""
     out, seen = [], set()

@@ -157,13 +157,10 @@ class RunFolder:
             if not used and more:  # one member longer than a chunk: read it whole
                 return self._read(f, max_bytes * 4)
             f.offset += used
-            data = f.carry + text
-            end = data.rfind(b"\n")
-            f.carry = data[end + 1:]
+            lines = (f.carry + text).split(b"\n")  # split as it is, not sliced first: a chunk copied once less
+            f.carry = lines.pop()
             f.partial = bool(f.carry) or f.offset < size
-            if end < 0:
-                return []
-            return self._lines(f, data[:end])
+            return self._lines(f, lines)
         end = data.rfind(b"\n")
         if end < 0:
             if len(data) >= max_bytes:  # one line longer than a chunk: read it whole
@@ -172,7 +169,9 @@ class RunFolder:
             return []
         f.partial = end + 1 < len(data)
         f.offset += end + 1
-        return self._lines(f, data[:end])
+        lines = data.split(b"\n")
+        lines.pop()  # after the last newline: read at the next poll
+        return self._lines(f, lines)
 
     def _members(self, f: _File, data: bytes, at_end: bool, limit: int) -> tuple[bytes, int, bool]:
         """(what the whole gzip members at the start of ``data`` hold, up to about ``limit`` bytes of it, the
@@ -217,13 +216,13 @@ class RunFolder:
             f.skipping = True
         return nxt
 
-    def _lines(self, f: _File, data: bytes) -> list[dict]:
+    def _lines(self, f: _File, lines: list[bytes]) -> list[dict]:
         decode = otlp_decode.decode
         rows: list[dict] = []
         keep = self.keep_traces if f.signal == "traces" else None
         fast = self.span_rows if f.signal == "traces" and keep is None else None
         kept = self._kept
-        for raw in data.split(b"\n"):
+        for raw in lines:
             f.line += 1
             if not raw.strip():
                 continue

@@ -115,14 +115,14 @@ class Task:
                 elif name == "exception" and not self.error:
                     self.error = str(ea.get("exception.message") or "")
             transitions.sort(key=_first)
+            let_go = True  # every transition lets the result go (none of _LET_GO is in _FINAL)
             for t in transitions:
-                if t[2] in _FINAL:  # the span ends at the first of these; the transition is exact
-                    self.finish = t[0]
-                    break
-            if transitions:
-                self.let_go = all(x[2] in _LET_GO for x in transitions)
-            else:
-                self.let_go = self.state in _LET_GO
+                if t[2] not in _LET_GO:
+                    let_go = False
+                    if t[2] in _FINAL:  # the span ends at the first of these; the transition is exact
+                        self.finish = t[0]
+                        break
+            self.let_go = let_go if transitions else self.state in _LET_GO
 
     @property
     def last(self) -> Execution | None:
@@ -412,6 +412,8 @@ def _life_for(lives: list[Task] | None, execution: dict, rows_of: dict) -> Task 
     if len(lives) == 1:  # what the rules below come to for one life
         return lives[0]
     ran = [life for life in lives if not after_result(life)] or lives
+    if len(ran) == 1:  # what the rules below come to for one (a key's life that ran, and its life after the result)
+        return ran[0]
     mine = [life for life in ran
             if (r := rows_of.get(id(life))) is not None and r["trace_id"] == execution["trace_id"]
             and r["parent_span_id"] == execution["parent_span_id"]]

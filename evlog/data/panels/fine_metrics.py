@@ -8,8 +8,12 @@ dask_readings.py): each series' last value, summed over schedulers (``latest``; 
 """
 from __future__ import annotations
 
-from evlog.data.store import CAT_OTHER, Store, store_points
+from typing import TYPE_CHECKING
+
 from evlog.wire import dask as wire
+
+if TYPE_CHECKING:
+    from evlog.data.store import Store
 
 UNITS = {"seconds": wire.METRIC_TIME, "bytes": wire.METRIC_BYTES, "count": wire.METRIC_COUNT}
 METRICS = tuple(UNITS.values())
@@ -61,6 +65,8 @@ def breakdown(values: dict, metric: str = wire.METRIC_TIME, span_id: str | None 
 
 def dask_spans(store: Store) -> list[dict]:
     """The Dask spans of the run, in start order: id, name path, start, end (seconds), depth."""
+    from evlog.data.store import CAT_OTHER  # imported where read: `evlog report` imports this module, not the store
+
     out = []
     for s in store.spans_named(wire.SPAN_NAME + " ", CAT_OTHER, MAX_SPANS):
         a = s["attributes"]
@@ -87,6 +93,8 @@ def _stack(per: dict) -> dict:
 def fine_metrics(store: Store, span: str | None = None, unit: str = "seconds") -> dict:
     """The panel: ``execute`` by prefix x activity, ``gather-dep`` and ``get-data`` by activity, in ``unit``
     (seconds, bytes or count) of the run or of Dask span ``span`` (its tree, as Dask's figures are)."""
+    from evlog.data.store import store_points  # as in dask_spans: importing the store (asyncio with it) costs 60 ms
+
     values = latest(store_points(store, METRICS))
     present = [u for u, m in UNITS.items() if any(name == m for name, _a in values)]
     unit = unit if unit in UNITS else "seconds"
