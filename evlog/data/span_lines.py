@@ -198,8 +198,8 @@ class SpanRow(Struct, gc=False):
     start: int
     end: int
     attributes: dict
-    events: list
-    links: list
+    events: list | tuple  #: () where it has none (one object for all: read them, do not change them)
+    links: list | tuple  #: () where it has none
     status_code: str
     status_message: str
     resource: dict
@@ -232,8 +232,12 @@ def as_dicts(rows: list) -> list[dict]:
     for r in rows:
         d = {f: getattr(r, f) for f in SpanRow.__struct_fields__}
         d["events"] = [{"name": e.name, "time": e.time, "attributes": e.attributes} for e in r.events]
+        d["links"] = r.links or []
         out.append(d)
     return out
+
+
+_NONE: tuple = ()  # a span's events or links when it has none: one object, not an empty list per span
 
 
 def _no_share(s: str, _same: str) -> str:
@@ -256,7 +260,7 @@ def rows(line: bytes) -> list[SpanRow]:
         for ss in rs.scopeSpans:
             scope = ss.scope.name if ss.scope is not None else ""
             for sp in ss.spans:
-                events = []
+                events = [] if sp.events else _NONE
                 for ev in sp.events:
                     raw = bytes(ev.attributes)
                     a = seen.get(raw)
@@ -283,7 +287,7 @@ def rows(line: bytes) -> list[SpanRow]:
                     _attrs(sp.attributes, share) if sp.attributes else {},
                     events,
                     [{"trace_id": ln.traceId, "span_id": ln.spanId, "attributes": _attrs(ln.attributes, share)}
-                     for ln in sp.links] if sp.links else [],
+                     for ln in sp.links] if sp.links else _NONE,
                     _STATUS_CODES[status.code] if status is not None else "UNSET",
                     status.message if status is not None else "",
                     resource,
