@@ -150,24 +150,24 @@ def _attrs(kvs: list[_KeyValue], share) -> dict:
             out[share(key, key)] = n
         elif (a := v.arrayValue) is not unset and i is v.doubleValue is v.boolValue is v.kvlistValue \
                 is v.bytesValue is unset:
-            out[share(key, key)] = _array(a.values)
+            out[share(key, key)] = _array(a.values, share)
         else:
-            out[share(key, key)] = _value(v)
+            out[share(key, key)] = _value(v, share)
     return out
 
 
-def _value(v: _Value) -> Any:
+def _value(v: _Value, share) -> Any:
     """otlp_decode.any_value of a value that is not a string (or of an array's element, any kind)."""
     d = {f: x for f in _VALUE_FIELDS if (x := getattr(v, f)) is not UNSET}
     if len(d) > 1:  # otlp_decode reads the first written, which this one cannot know
         raise _NotPlain
     a = d.get("arrayValue")
-    return _array(a.values) if a is not None else any_value(d)
+    return _array(a.values, share) if a is not None else any_value(d)
 
 
-def _array(values: list[_Value]) -> list:
+def _array(values: list[_Value], share) -> list:
     """otlp_decode.any_value of an array: its strings and integers read here, in line (the arrays of a Dask run
-    hold only those), other elements by ``_value``."""
+    hold only those), other elements by ``_value``; strings shared (a task's dependencies are other tasks' keys)."""
     out = []
     append = out.append
     unset = UNSET
@@ -175,7 +175,7 @@ def _array(values: list[_Value]) -> list:
         if v.doubleValue is v.boolValue is v.arrayValue is v.kvlistValue is v.bytesValue is unset:
             s, i = v.stringValue, v.intValue
             if i is unset:
-                append(None if s is unset else s)  # otlp_decode reads an empty AnyValue as None
+                append(None if s is unset else share(s, s))  # otlp_decode reads an empty AnyValue as None
                 continue
             if s is unset:
                 n = int(i)  # a string as otlp_decode reads it
@@ -183,7 +183,7 @@ def _array(values: list[_Value]) -> list:
                     raise _NotPlain
                 append(n)
                 continue
-        append(_value(v))
+        append(_value(v, share))
     return out
 
 
