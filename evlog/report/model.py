@@ -21,9 +21,9 @@ from evlog.wire import dask as wire_dask
 _FINAL = ("memory", "erred")
 _LET_GO = ("released", "forgotten")
 _READY = ("processing", "queued", "no-worker")
+_MADE_READY_FROM = ("waiting", "released", None)
 _TRANSITION_SLACK_NS = 2 * NS  # transitions recorded up to 2 s after a task span's end (conventions)
 _EMPTY: dict = {}  # read only
-_first = itemgetter(0)
 _start = itemgetter("start")
 _exec_start = attrgetter("start")
 
@@ -71,9 +71,9 @@ class Execution:
 class Task:
     """One task life on the scheduler (a ``dask.task`` span) and its executions."""
 
-    __slots__ = ("key", "prefix", "span", "deps", "state", "worker", "transitions", "executions", "submitted",
-                 "ready", "finish", "erred", "error", "compute_ns", "transfer_ns", "queued_ns", "erred_ns",
-                 "comp", "let_go")
+    __slots__ = ("key", "prefix", "span", "deps", "state", "worker", "executions", "submitted", "ready", "finish",
+                 "erred", "error", "compute_ns", "transfer_ns", "queued_ns", "erred_ns", "comp", "let_go", "made_ready",
+                 "ready_stimulus", "ran", "sent_at_once")
 
     def __init__(self, key: str, prefix: str, span: dict | None):
         self.key = key
@@ -82,7 +82,6 @@ class Task:
         self.deps: list[str] = []
         self.state = ""
         self.worker = ""
-        self.transitions: list[tuple] = []  # (time, start, finish, worker, stimulus)
         self.executions: list[Execution] = []
         self.submitted: int | None = None
         self.ready: int | None = None
@@ -92,6 +91,12 @@ class Task:
         self.compute_ns = self.transfer_ns = self.queued_ns = self.erred_ns = 0
         self.comp: Computation | None = None
         self.let_go = False  #: its span says it only let its result go (``after_result``)
+        # What the report reads of its transitions, read here in one pass rather than kept (a 157k-task run's
+        # 385,000 transitions as tuples were 45 MB): the first, by time, that made it ready to run ...
+        self.made_ready: int | None = None  #: ... (to processing, queued or no-worker, from waiting or released)
+        self.ready_stimulus: str | None = None  #: ... and its stimulus id
+        self.ran = False  #: a transition to processing
+        self.sent_at_once = False  #: ... straight from waiting or released (not through the scheduler's queue)
         if span is not None:
             a = span["attributes"]
             deps = a.get("dask.task.dependencies")
@@ -104,25 +109,33 @@ class Task:
             self.erred = span["status_code"] == "ERROR" or self.state == "erred"
             if self.erred:
                 self.error = span["status_message"]
-            transitions = self.transitions
+            seen = False
+            let_go = True  # every transition lets the result go (none of _LET_GO is in _FINAL)
+            final = ready = None
             for ev in span["events"]:
                 ea = ev.get("attributes") or _EMPTY
                 name = ev.get("name")
                 if name == "transition":
-                    transitions.append((ev.get("time") or 0, ea.get("dask.transition.start"),
-                                        ea.get("dask.transition.finish"), ea.get("dask.worker.address"),
-                                        ea.get("dask.stimulus_id")))
+                    seen = True
+                    t = ev.get("time") or 0
+                    start, fin = ea.get("dask.transition.start"), ea.get("dask.transition.finish")
+                    if fin not in _LET_GO:
+                        let_go = False
+                        if fin in _FINAL and (final is None or t < final):
+                            final = t  # the span ends at the first of these; the transition is exact
+                    if fin in _READY and start in _MADE_READY_FROM and (ready is None or t < ready):
+                        ready = t
+                        self.ready_stimulus = ea.get("dask.stimulus_id") or None
+                    if fin == "processing":
+                        self.ran = True
+                        if start == "waiting" or start == "released":
+                            self.sent_at_once = True
                 elif name == "exception" and not self.error:
                     self.error = str(ea.get("exception.message") or "")
-            transitions.sort(key=_first)
-            let_go = True  # every transition lets the result go (none of _LET_GO is in _FINAL)
-            for t in transitions:
-                if t[2] not in _LET_GO:
-                    let_go = False
-                    if t[2] in _FINAL:  # the span ends at the first of these; the transition is exact
-                        self.finish = t[0]
-                        break
-            self.let_go = let_go if transitions else self.state in _LET_GO
+            if final is not None:
+                self.finish = final
+            self.made_ready = ready
+            self.let_go = let_go if seen else self.state in _LET_GO
 
     @property
     def last(self) -> Execution | None:
@@ -444,11 +457,7 @@ def _times(comps: list[Computation], transfers: list[dict]) -> None:
     for c in comps:
         for t in c.tasks.values():
             t.executions.sort(key=_exec_start)
-            ready = None
-            for tt in t.transitions:
-                if tt[2] in _READY and tt[1] in ("waiting", "released", None):
-                    ready = tt[0]
-                    break
+            ready = t.made_ready
             if ready is None:  # no transitions recorded: when its last dependency finished
                 dep_ends = [d.end for d in (c.tasks.get(k) for k in t.deps) if d is not None and d.end is not None]
                 ready = max([x for x in (t.submitted, max(dep_ends) if dep_ends else None) if x is not None],

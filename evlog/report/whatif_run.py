@@ -29,7 +29,7 @@ import statistics
 
 from .common import NS, label
 from .groups import CHUNK_SPANS, POOL_SPANS
-from .model import Computation, Task
+from .model import Computation
 from .whatif import DEFAULT_BANDWIDTH, LIMITS, WORKER_SATURATION, Graph, Node, Params, Replay, list_schedule, replay
 
 SMALL_TRANSFER = 64 * 1024  # bytes: transfers under this measure latency, the others bandwidth
@@ -134,7 +134,7 @@ def latency(comps: list[Computation]) -> tuple[float, int, float]:
             deps = [d.end for d in (c.tasks.get(k) for k in t.deps) if d is not None and d.end is not None]
             if deps:
                 basis = max(deps)
-            elif t.ready is not None and _sent_at_once(t):
+            elif t.ready is not None and t.sent_at_once:
                 basis = t.ready
             else:
                 continue
@@ -172,11 +172,6 @@ def hand_off(comps: list[Computation], lat: float) -> tuple[float, int]:
             if n.ready is not None and p.end is not None and n.ready + lat <= p.end and not n.transfer_ns:
                 gaps.append(max(0, n.last.start - p.last.end))
     return (float(statistics.median(gaps)), len(gaps)) if gaps else (0.0, 0)
-
-
-def _sent_at_once(t: Task) -> bool:
-    """The task went from waiting straight to processing (not through the scheduler's queue)."""
-    return any(x[2] == "processing" and x[1] in ("waiting", "released") for x in t.transitions)
 
 
 def network(comps: list[Computation]) -> tuple[float, float, int, int]:
@@ -287,7 +282,7 @@ def graph_of(c: Computation, cpu: dict[str, float], factors: dict[int, float]) -
     # their recorded ready times differ by the order the scheduler went through them
     got = [t.ready if t.ready is not None else t.submitted if t.submitted is not None else t0 for t in tasks]
     first: dict[str, int] = {}
-    stimuli = [_ready_stimulus(t) if not deps[i] else None for i, t in enumerate(tasks)]
+    stimuli = [t.ready_stimulus if not deps[i] else None for i, t in enumerate(tasks)]
     for i, st in enumerate(stimuli):
         if st:
             first[st] = min(first.get(st, got[i]), got[i])
@@ -320,14 +315,6 @@ def _priorities(attrs: list[dict], began: list[int], t0: int) -> list[tuple]:
     if all(type(p) in (list, tuple) and p for p in recorded):
         return [tuple(p) for p in recorded]
     return [(b - t0,) for b in began]
-
-
-def _ready_stimulus(t: Task) -> str | None:
-    """The stimulus of the transition that made the task ready (``update-graph-...`` for a graph's roots)."""
-    for x in t.transitions:
-        if x[2] in ("processing", "queued", "no-worker") and x[1] in ("waiting", "released", None):
-            return x[4] or None
-    return None
 
 
 # -------------------------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def _not_whole(c: Any, stored: _Ids, has_sched: bool, has_exec: bool, recent: bo
     for t in c.tasks.values():
         if has_sched and t.span is None:
             return "executions whose scheduler spans are not stored yet"
-        if has_exec and t.state == "memory" and not t.executions and any(x[2] == "processing" for x in t.transitions):
+        if has_exec and t.state == "memory" and not t.executions and t.ran:
             return "tasks whose executions are not stored yet"
         needed.update(t.deps)
     count = c.span["attributes"].get("dask.task.count") if c.span is not None else None
