@@ -468,7 +468,9 @@ class Builder:
     keep up (BEHIND spans or log records waiting at most), so a slow or absent collector, or a burst of
     console output, makes frames wait in the backlog (spooled to disk) rather than as spans in memory."""
 
-    BEHIND = 16384
+    # Eight export batches: the export threads never run dry, and a burst (the scheduler forgetting a whole
+    # graph as the program ends) waits as frames (about 100 bytes a record) rather than as spans (about 1 KB)
+    BEHIND = 4096
 
     def __init__(self, backlog, pipeline, clients: dict, logs=None, metrics=None):
         self.backlog = backlog
