@@ -130,19 +130,27 @@ def _attributes(tag: bytes, attributes, out: list) -> None:
     for k, v in attributes.items():
         t = type(v)
         if t is str or t is int or t is bool:  # not float: -0.0 == 0.0, and NaN is never found again
-            b = get((tag, k, v, t))
+            key = (tag, k, v, t)
+            b = get(key)
             if b is None:
-                b = _kv_field(tag, k, v)
+                b = _kv_made(key, tag, k, v)
                 if b is None:
                     continue
-                if len(_kv_cache) >= CACHE_LIMIT:
-                    _kv_cache.clear()
-                _kv_cache[(tag, k, v, t)] = b
             append(b)
         else:
             b = _kv_field(tag, k, v)
             if b is not None:
                 append(b)
+
+
+def _kv_made(key: tuple, tag: bytes, k, v) -> bytes | None:
+    """What _kv_cache did not have under ``key``: the field's bytes, kept there (None: left out, and said)."""
+    b = _kv_field(tag, k, v)
+    if b is not None:
+        if len(_kv_cache) >= CACHE_LIMIT:
+            _kv_cache.clear()
+        _kv_cache[key] = b
+    return b
 
 
 def _kv_field(tag: bytes, k, v) -> bytes | None:
@@ -197,14 +205,12 @@ def _event_rest(name: str, attrs, dropped: int) -> bytes:
                 if len(_events) >= CACHE_LIMIT:
                     _events.clear()
                 _events[key] = head
-            last = _kv_cache.get((b"\x1a", k, v, str))
+            key = (b"\x1a", k, v, str)
+            last = _kv_cache.get(key)
             if last is None:
-                last = _kv_field(b"\x1a", k, v)
+                last = _kv_made(key, b"\x1a", k, v)
                 if last is None:  # left out, as _attributes leaves out what cannot be encoded
                     return head
-                if len(_kv_cache) >= CACHE_LIMIT:
-                    _kv_cache.clear()
-                _kv_cache[(b"\x1a", k, v, str)] = last
             return head + last
     return _event_fields(name, attrs, dropped)
 
