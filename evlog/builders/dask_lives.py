@@ -34,14 +34,18 @@ GRACE = 2.0  # seconds a finished task span waits for its release/forget transit
 TERMINAL = frozenset({"memory", "erred", "forgotten"})
 KIND = wire.TRANSITIONS
 HEADS = 4096  # distinct heads of waiting tasks kept for sharing (Lives._waiting); cleared past it
+# A waiting task's transitions held in its head at most (Dask's root tasks go released -> waiting -> waiting
+# -> queued before they run): past it, or at anything else, it becomes a Life
+HELD_TRANSITIONS = 4
+_HOLDS = frozenset({"waiting", "queued"})
 
 
 class _Head(tuple):
-    """What the waiting tasks of one graph share, one object for all (Lives._waiting): the transition's start,
-    finish and stimulus id, prefix, group, Dask span id, carrier, and the priority when it is not a tuple."""
+    """What the waiting tasks of one graph share, one object for all (Lives._waiting): the transitions so far as
+    ``((start, finish, stimulus id), ...)``, the prefix, group, Dask span id, carrier, and the priority when it
+    is not a tuple."""
 
     __slots__ = ()
-
 
 
 class Life:
@@ -77,7 +81,9 @@ class Lives:
         self._shapes = dask_shape.Shapes()
         self._held = dask_memory.Held(SCOPE)
         self._named: set = set()  # ids of the Dask spans named by the program (not Dask's implicit default span)
-        self._heads: dict = {}  # what waiting tasks share -> its _Head (_waiting)
+        # what waiting tasks share -> its _Head (_waiting); (id of a head, a transition) -> (that head, the head
+        # with the transition too) (_waited)
+        self._heads: dict = {}
 
     def feed(self, batch, now: float, final: bool = False) -> list:
         opened = self._open
@@ -103,6 +109,11 @@ class Lives:
                 opened[key] = self._waiting(start, finish, stim, t, info)
                 continue
             if type(life) is tuple and type(life[0]) is _Head:
+                if finish in _HOLDS and start in _HOLDS and extra is None and info is None:
+                    held = self._waited(life, start, finish, stim, t)  # still waiting (or queued)
+                    if held is not None:
+                        opened[key] = held
+                        continue
                 life = self._life_of(life)  # a waiting task moves on
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1
@@ -162,32 +173,54 @@ class Lives:
         return out
 
     def _waiting(self, start, finish, stim, t, info: tuple) -> tuple:
-        """A waiting task's first transition as held until its next one: ``(head, time, *priority)``, the head
-        (_Head) one object for the tasks of a graph, the priority's numbers in the tuple itself: 225 bytes a
-        task rather than the 386 of its record as it came (tests/builders/test_dask_lives.py measures it)."""
+        """A waiting task's first transition as held until it runs: ``(head, time, *priority)``, the head
+        (_Head) one object for the tasks of a graph, the priority's numbers in the tuple itself. Held so until
+        it runs, a root task (released -> waiting -> waiting -> queued) costs 345 bytes rather than 845 as a
+        Life (tests/builders/test_dask_lives.py measures it)."""
         prefix, group, span, carrier, priority = info
         flat = type(priority) is tuple and len(priority) > 0
-        heads = self._heads
         try:
-            shared = (start, finish, stim, prefix, group, span,
+            shared = (((start, finish, stim),), prefix, group, span,
                       tuple(carrier.items()) if type(carrier) is dict else carrier, None if flat else priority)
-            head = heads.get(shared)
+            head = self._heads.get(shared)
         except TypeError:  # an unhashable value: a head of its own
             shared, head = None, None
         if head is None:
-            head = _Head((start, finish, stim, prefix, group, span, carrier, None if flat else priority))
+            head = _Head((((start, finish, stim),), prefix, group, span, carrier, None if flat else priority))
             if shared is not None:
-                if len(heads) >= HEADS:
-                    heads.clear()
-                heads[shared] = head
+                self._keep(shared, head)
         return (head, t, *priority) if flat else (head, t)
+
+    def _waited(self, held: tuple, start, finish, stim, t) -> tuple | None:
+        """A held task's next transition while it still waits (waiting -> queued): the same tuple with a head
+        that has the transition too and the time after the others; None past HELD_TRANSITIONS."""
+        head = held[0]
+        n = len(head[0])
+        if n >= HELD_TRANSITIONS:
+            return None
+        # by the head's identity (its carrier is a dict): the entry keeps the head, so no other takes its id
+        shared = (id(head), start, finish, stim)
+        known = self._heads.get(shared)
+        if known is not None and known[0] is head:
+            longer = known[1]
+        else:
+            longer = _Head((head[0] + ((start, finish, stim),), *head[1:]))
+            self._keep(shared, (head, longer))
+        return (longer, *held[1:n + 1], t, *held[n + 1:])
+
+    def _keep(self, shared, value) -> None:
+        if len(self._heads) >= HEADS:
+            self._heads.clear()
+        self._heads[shared] = value
 
     def _life_of(self, held: tuple) -> Life:
         """The life of a waiting task held by _waiting."""
         self._serial += 1
-        start, finish, stim, prefix, group, span, carrier, priority = held[0]
-        life = Life(self._serial, (prefix, group, span, carrier, held[2:] if len(held) > 2 else priority), None)
-        life.trans.append((start, finish, stim, None, held[1]))
+        trans, prefix, group, span, carrier, priority = held[0]
+        n = len(trans)
+        life = Life(self._serial, (prefix, group, span, carrier, held[n + 1:] if len(held) > n + 1 else priority),
+                    None)
+        life.trans = [(start, finish, stim, None, t) for (start, finish, stim), t in zip(trans, held[1:n + 1])]
         return life
 
     def _emit(self, key, life: Life, out: list) -> None:
