@@ -423,6 +423,7 @@ def inc(x):
     return x + 1
 
 if __name__ == "__main__":
+    from evlog.observed.dask.context import carriers as carriers_of
     from evlog.observed.dask.scheduler import _live
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -434,18 +435,26 @@ if __name__ == "__main__":
         while counts["processing", "memory"] < len(held) and time.monotonic() < deadline:
             time.sleep(0.05)
         waiting = sum(len(rec._log) for rec in _live)
-        print(json.dumps({"held": len(held), "shipped": counts["processing", "memory"], "waiting": waiting,
-                          "pid": os.getpid()}))
+        carriers = carriers_of(cluster.scheduler).by_key
+        while_held = len(carriers)
+        del held
+        while cluster.scheduler.tasks and time.monotonic() < deadline:  # until Dask has forgotten them
+            time.sleep(0.05)
+        print(json.dumps({"held": 300, "shipped": counts["processing", "memory"], "waiting": waiting,
+                          "pid": os.getpid(), "carriers_held": while_held, "carriers_forgotten": len(carriers),
+                          "tasks_left": len(cluster.scheduler.tasks)}))
 """
 
 
 def test_the_scheduler_keeps_no_task_records_its_spans_are_built_by_the_exporter_process(tmp_path, otlp_receiver):
     """A persisted collection can hold millions of results for hours: the scheduler's process keeps
-    nothing of evlog's per task once its transitions are shipped (every half second); the exporter
-    process builds the spans, with the scheduler process's resource."""
+    nothing of evlog's per task once its transitions are shipped (every half second) but the task's trace
+    context, until Dask forgets the task; the exporter process builds the spans, with the scheduler
+    process's resource."""
     env = evlog_env({**otlp_receiver.env("grpc"), "EVLOG_SUMMARY": "false"})
     out = _output(run_instrumented([PYTHON, _write(tmp_path, "app.py", HELD_APP)], env=env, timeout=120))
     assert out["held"] == out["shipped"] == 300 and out["waiting"] == 0, out
+    assert out["carriers_held"] == 300 and out["tasks_left"] == 0 and out["carriers_forgotten"] == 0, out
     otlp_receiver.wait_for(lambda: len(_named(otlp_receiver.spans(), "dask.task inc")) >= 300, timeout=60)
     pids = {s["resource"].get("process.pid") for s in _named(otlp_receiver.spans(), "dask.task inc")}
     assert pids == {out["pid"]}, pids

@@ -134,7 +134,7 @@ class Readings:
         carrier = dc.graph_carrier()
         if carrier is None and tasks:  # a graph without one (a client without evlog): the one made for it
             ts = self.scheduler.tasks.get(tasks[0])
-            carrier = dc.carrier_of(ts) if ts is not None else None
+            carrier = dc.carrier_of(dc.carriers(self.scheduler), ts) if ts is not None else None
         if carrier is None:
             return
         ids = set()

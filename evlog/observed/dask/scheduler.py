@@ -41,13 +41,13 @@ _live: weakref.WeakSet[SchedulerRecorder] = weakref.WeakSet()
 _PAIR = itemgetter(1, 2)  # (start, finish) of a recorded transition
 
 
-def _info(ts) -> tuple | None:
+def _info(ts, kept: dc.TaskCarriers) -> tuple | None:
     """(prefix, group, Dask span id, trace context carrier, priority) of a task whose life begins: the
     fields of wire.dask.TaskInfo, in order. update_graph has set the priority before the first transition."""
     if ts is None:
         return None
     tg = ts.group
-    return tg.prefix.name, tg.name, tg.span_id, dc.carrier_of(ts), ts.priority
+    return tg.prefix.name, tg.name, tg.span_id, dc.carrier_of(kept, ts), ts.priority
 
 
 class SchedulerRecorder(SchedulerPlugin):
@@ -64,6 +64,8 @@ class SchedulerRecorder(SchedulerPlugin):
             trace_tasks = config.get().dask_trace_tasks
         self.trace_tasks = trace_tasks  # tasks of one computation in one trace (dask_shape)
         self._tasks = scheduler.tasks
+        self._carriers = dc.carriers(scheduler)  # the trace context of each task's client call
+        self._forget = self._carriers.forget
         self._log = records.source(wire.TRANSITIONS, {"transitions": transitions}, self._shipped)
         self._append = self._log.append
         self._time = time.time
@@ -94,8 +96,10 @@ class SchedulerRecorder(SchedulerPlugin):
                 else:
                     extra = (kw.get("worker"), None, err, None, 0, None)
             else:
+                if finish == "forgotten":
+                    self._forget(key)  # a key computed again is a new task: its call's carrier, not this one
                 extra = None
-            info = _info(self._tasks.get(key)) if start == "released" else None
+            info = _info(self._tasks.get(key), self._carriers) if start == "released" else None
             self._append((key, start, finish, stimulus_id, self._time(), extra, info))  # wire.dask.Transition
         except Exception as exc:  # never Dask's problem
             notices.warn_once("dask-transition", f"a Dask transition could not be recorded: {exc!r}")
