@@ -21,6 +21,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from evlog.builders.dask_spans import TransitionEvents
 from evlog.builders.span_data import NO_ATTRIBUTES, SpanData, SpanEvent, SpanLink, readable
 from evlog.exporter import span_encoding
 
@@ -64,6 +65,12 @@ counts = st.one_of(st.just(0), st.integers(1, (1 << 32) - 1))
 trace_states = st.one_of(st.none(), st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9_\-*/]{0,8}", fullmatch=True),
                                                        st.from_regex(r"[a-zA-Z0-9]{1,8}", fullmatch=True)),
                                              max_size=3, unique_by=lambda kv: kv[0]).map(TraceState))
+# a task life's transitions as dask_lives holds them, (start, finish, stimulus id, worker, time): str from Dask,
+# anything else (int, None) taken by the SpanEvent it stands for
+state = st.one_of(st.sampled_from(["waiting", "processing", "memory"]), text, st.integers(0, 3))
+transitions = st.tuples(state, state, st.one_of(st.none(), text, st.just("update-graph-1")),
+                        st.one_of(st.none(), st.just(""), st.just("tcp://127.0.0.1:40001"), text, st.just(7)),
+                        st.one_of(st.just(0.0), st.floats(1e-9, 1.7e10), st.just(1_795_700_763.31)))
 contexts = st.builds(SpanContext, trace_ids, span_ids, st.booleans(),
                      st.sampled_from([TraceFlags(0), TraceFlags(1)]), trace_states)
 statuses = st.one_of(st.just(Status(StatusCode.UNSET)), st.just(Status(StatusCode.OK)),
@@ -76,6 +83,8 @@ def spans(draw, resources, scopes):
     values = clean_value if dropped else any_value  # see clean_value
     events = draw(st.lists(st.builds(SpanEvent, text, times, attributes(values, 4),
                                      st.just(0) if not dropped else counts), max_size=4))
+    if not dropped and draw(st.booleans()):  # a task span's (dask_lives): its transitions, then those events
+        events = TransitionEvents(draw(st.lists(transitions, max_size=5)), tuple(events))
     links = draw(st.lists(st.builds(SpanLink, contexts, attributes(values, 3), st.just(0) if not dropped else counts),
                           max_size=3))
     ctx = draw(contexts)
@@ -243,6 +252,7 @@ def test_the_recorded_dask_run_gives_every_kind_of_span(recorded):
             "futures.task", "app.work"} <= names, names
     assert any(s.status.status_code is StatusCode.ERROR for s in recorded)
     assert any(s.links for s in recorded) and any(s.events for s in recorded)
+    assert any(type(s.events) is TransitionEvents and s.events.tail for s in recorded)  # an erred task's
     assert len({id(s.resource) for s in recorded}) >= 3  # the client/scheduler and two workers
 
 

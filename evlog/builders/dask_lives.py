@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from evlog import propagation
 from evlog.builders import dask_memory, dask_shape
-from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET
+from evlog.builders.dask_spans import SAMPLED, SCOPE, UNSET, TransitionEvents
 from evlog.builders.span_data import SpanData, SpanEvent
 from evlog.wire import dask as wire
 
@@ -51,7 +51,7 @@ class _Head(tuple):
 class Life:
     """A task life still open on the exporter side: what its span will say."""
 
-    __slots__ = ("serial", "info", "trans", "end", "state", "worker", "deps", "err", "at_end", "sent")
+    __slots__ = ("serial", "info", "trans", "end", "state", "worker", "deps", "err", "at_end", "sent", "head")
 
     def __init__(self, serial: int, info, worker):
         self.serial = serial  #: this builder's number of the life (the ended queue names lives by it)
@@ -64,6 +64,7 @@ class Life:
         self.err: tuple[str, str] | None = None  #: (text, traceback) when erred
         self.at_end: tuple | None = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
         self.sent = False  #: its span went out ahead of its grace, before a dependent's span
+        self.head = None  #: the _Head it was held with while it waited, if it was (Lives._done)
 
 
 class Lives:
@@ -117,7 +118,12 @@ class Lives:
                 life = self._life_of(life)  # a waiting task moves on
             if life is None or type(life) is tuple:  # a first life, or one after an emitted span
                 self._serial += 1
-                worker, known = life if life is not None else (None, None)
+                if life is None:
+                    worker, known = None, None
+                elif type(life[1]) is _Head:  # held small since its span went out (_done)
+                    worker, known = life[0], _names(life[1], life[2:])
+                else:
+                    worker, known = life
                 life = Life(self._serial, info or known, worker)
             elif life.end is not None and finish != "released" and finish != "forgotten":
                 self._emit(key, life, out)  # it runs again: a new life
@@ -159,7 +165,7 @@ class Lives:
             life = opened.get(key)
             if type(life) is Life and life.serial == sn:  # else it is out already (forgotten, or ran again)
                 self._emit(key, life, out)
-                opened[key] = (life.worker, life.info)  # until forgotten, its worker and names stay
+                opened[key] = _done(life)  # until forgotten, its worker and names stay
         if self._held.pending:
             out.extend(self._held.spans(now, self.resource(), final))
         if final:
@@ -220,6 +226,7 @@ class Lives:
         n = len(trans)
         life = Life(self._serial, (prefix, group, span, carrier, held[n + 1:] if len(held) > n + 1 else priority),
                     None)
+        life.head = held[0]
         life.trans = [(start, finish, stim, None, t) for (start, finish, stim), t in zip(trans, held[1:n + 1])]
         return life
 
@@ -252,8 +259,10 @@ class Lives:
         for d in order:
             life = opened[d]
             self._emit_one(d, life, out)
-            # it stays open, as in its grace: a release or forget that follows joins it and makes no span
+            # it stays open, as in its grace: a release or forget that follows joins it and makes no span (and
+            # goes to a list of its own: the span's events are the list it had)
             life.sent = True
+            life.trans = list(life.trans)
 
     def _emit_one(self, key, life: Life, out: list) -> None:
         if not life.trans or life.info is None or self._only_released(life.trans):
@@ -314,14 +323,7 @@ class Lives:
             lost = [removed[t[2]] for t in trans if t[2] in removed and t[3] == removed[t[2]]]
             if lost:
                 attrs["dask.task.workers_lost"] = sorted(set(lost))
-        events = []
-        if self.transitions:
-            for start, finish, stim, w, t in trans:
-                ev = {"dask.transition.start": start, "dask.transition.finish": finish}
-                if w:
-                    ev["dask.worker.address"] = w
-                ev["dask.stimulus_id"] = stim or ""
-                events.append(SpanEvent("transition", int(t * 1e9), ev))
+        tail: tuple = ()
         status = UNSET
         if state == "erred" and end is not None:  # a life's end and state are set together
             text, tb = err or ("erred", "")
@@ -329,7 +331,8 @@ class Lives:
             ev = {"exception.message": text}
             if tb:
                 ev["exception.stacktrace"] = tb
-            events.append(SpanEvent("exception", int(end * 1e9), ev))
+            tail = (SpanEvent("exception", int(end * 1e9), ev),)
+        events = TransitionEvents(trans if self.transitions else [], tail)
         return SpanData(
             name,
             context=SpanContext(trace_id, random.getrandbits(64) or 1, False, SAMPLED,
@@ -344,6 +347,25 @@ class Lives:
             end_time=int((end or trans[-1][-1]) * 1e9),
             instrumentation_scope=SCOPE,
         )
+
+
+def _done(life: Life) -> tuple:
+    """What stays of a life whose span went out, until its task is forgotten (a later life, if it runs again,
+    starts from it): ``(worker, info)``, or ``(worker, head, *priority)`` for a task that was held with a
+    graph's shared head while it waited: 90 bytes rather than 200 for each task of a big graph, every one of
+    which Dask keeps until the graph's result is let go."""
+    head = life.head
+    if head is None:
+        return life.worker, life.info
+    priority = life.info[4]  # flat in the tuple, as _waiting holds it, or in the head
+    return (life.worker, head, *priority) if type(priority) is tuple and priority and head[5] is None \
+        else (life.worker, head)
+
+
+def _names(head: _Head, priority: tuple) -> tuple:
+    """The info (wire.dask.TaskInfo) of a task held by ``_done`` with ``head``."""
+    _trans, prefix, group, span, carrier, own = head
+    return prefix, group, span, carrier, priority or own
 
 
 def _priority(p) -> tuple | None:

@@ -5,9 +5,11 @@ span, event, attribute and value, then serializes them: most of the exporter pro
 spans. Here the bytes are written directly, and what repeats is written once: a resource's and a scope's
 bytes per object, a span or event name's bytes per name, an attribute's bytes per (key, value) for
 string, int and bool values (a task's prefix, state and worker), and an event's name and attributes
-per (name, attributes) when all are strings (a transition's start, finish, worker and stimulus). The
-message is exactly the stock encoder's, field for field, in the same order (protobuf serializes by field
-number); tests/test_span_encoding.py proves it on generated spans.
+per (name, attributes) when all are strings. A task span's transitions (dask_spans.TransitionEvents) are
+written from the builder's tuples, without the SpanEvents they stand for: their name, start, finish and
+worker once per (start, finish, worker), their stimulus id as any attribute. The message is exactly the
+stock encoder's, field for field, in the same order (protobuf serializes by field number);
+tests/test_span_encoding.py proves it on generated spans.
 
 Input: spans with ReadableSpan's attributes: evlog.builders.span_data.SpanData, or the SDK's ReadableSpan.
 As in the stock encoder (1.45):
@@ -32,6 +34,14 @@ from collections.abc import Mapping, Sequence
 from opentelemetry.trace import SpanKind
 
 from evlog import notices
+from evlog.builders.dask_spans import (
+    STIMULUS_ID,
+    TRANSITION,
+    TRANSITION_FINISH,
+    TRANSITION_START,
+    WORKER_ADDRESS,
+    TransitionEvents,
+)
 
 _Q = struct.Struct("<Q").pack
 _D = struct.Struct("<d").pack
@@ -215,6 +225,42 @@ def _event_rest(name: str, attrs, dropped: int) -> bytes:
     return _event_fields(name, attrs, dropped)
 
 
+_transition_heads: dict = {}  # (start, finish, worker or None) -> a transition event's name and those attributes
+
+
+def _transitions(trans, p: list) -> None:
+    """A task span's transition events (dask_spans.TransitionEvents), written from its ``(start, finish,
+    stimulus id, worker, time)`` tuples as _event_rest writes the SpanEvents they stand for, without making
+    them: the name, start, finish and worker from one cached part, the stimulus id as any attribute. A value
+    not a str (never from Dask) goes by the SpanEvent."""
+    heads = _transition_heads
+    for tr in trans:
+        start, finish, stim, w, t = tr
+        stim = stim or ""
+        if type(start) is not str or type(finish) is not str or type(stim) is not str or (w and type(w) is not str):
+            [e] = TransitionEvents([tr])
+            rest = _event_rest(e.name, e.attributes, 0)
+        else:
+            w = w or None
+            head = heads.get((start, finish, w))
+            if head is None:
+                attrs = {TRANSITION_START: start, TRANSITION_FINISH: finish}
+                if w:
+                    attrs[WORKER_ADDRESS] = w
+                head = _event_fields(TRANSITION, attrs, 0)
+                if len(heads) >= CACHE_LIMIT:
+                    heads.clear()
+                heads[(start, finish, w)] = head
+            key = (b"\x1a", STIMULUS_ID, stim, str)
+            last = _kv_cache.get(key)
+            if last is None:
+                last = _kv_made(key, b"\x1a", STIMULUS_ID, stim) or b""  # b"": left out, as _attributes does
+            rest = head + last
+        ns = int(t * 1e9)
+        body = b"\x09" + _Q(ns) + rest if ns else rest
+        p += (b"\x5a", varint(len(body)), body)
+
+
 def _event_fields(name: str, attrs, dropped: int) -> bytes:
     ep = [_name(b"\x12", name)] if name else []
     if attrs:
@@ -312,7 +358,11 @@ def span_bytes(s) -> bytes:
     n = s.dropped_attributes
     if n:
         p += (b"\x50", varint(n))
-    for e in s.events:
+    events = s.events
+    if type(events) is TransitionEvents:
+        _transitions(events.trans, p)
+        events = events.tail
+    for e in events:
         t = e.timestamp
         rest = _event_rest(e.name, e.attributes, e.dropped_attributes)
         body = b"\x09" + _Q(t) + rest if t else rest
