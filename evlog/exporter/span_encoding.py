@@ -48,6 +48,9 @@ _D = struct.Struct("<d").pack
 _I32 = struct.Struct("<I").pack
 _INT64_MIN, _INT64_MAX, _U64 = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _SMALL = [bytes((i,)) for i in range(128)]
+# every varint of one or two bytes, made once: most lengths (an attribute, an event, a span) are under 16 KiB
+_V2 = 1 << 14
+_VARINT = _SMALL + [bytes((n & 0x7F | 0x80, n >> 7)) for n in range(128, _V2)]
 CACHE_LIMIT = 1 << 16  # entries per cache: past that it starts again (values unique to a task pass through)
 
 _KIND = {k: b"\x30" + _SMALL[k.value + 1] for k in SpanKind}  # Span.kind (6)
@@ -60,8 +63,8 @@ _EMPTY_SCOPE = b"\x0a\x00"  # ScopeSpans.scope: an empty InstrumentationScope (t
 
 def varint(n: int) -> bytes:
     """``n`` (0 <= n < 2**64) as a protobuf varint."""
-    if n < 0x80:
-        return _SMALL[n]
+    if n < _V2:
+        return _VARINT[n]
     out = bytearray()
     while n >= 0x80:
         out.append(n & 0x7F | 0x80)
@@ -72,7 +75,8 @@ def varint(n: int) -> bytes:
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field."""
-    return tag + varint(len(payload)) + payload
+    n = len(payload)
+    return tag + (_VARINT[n] if n < _V2 else varint(n)) + payload
 
 
 def _utf8(text: str) -> bytes:
@@ -171,12 +175,12 @@ def _kv_field(tag: bytes, k, v) -> bytes | None:
             pass  # _kv below raises it again, and the attribute is left out with its reason
         else:
             n = len(vb)
-            value = b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + vb  # AnyValue.string_value (1)
+            value = b"\x0a" + (_VARINT[n] if n < _V2 else varint(n)) + vb  # AnyValue.string_value (1)
             n, m = len(kb), len(value)
-            kv = (b"\x0a" + (_SMALL[n] if n < 0x80 else varint(n)) + kb  # KeyValue.key (1)
-                  + b"\x12" + (_SMALL[m] if m < 0x80 else varint(m)) + value)  # KeyValue.value (2)
+            kv = (b"\x0a" + (_VARINT[n] if n < _V2 else varint(n)) + kb  # KeyValue.key (1)
+                  + b"\x12" + (_VARINT[m] if m < _V2 else varint(m)) + value)  # KeyValue.value (2)
             n = len(kv)
-            return tag + (_SMALL[n] if n < 0x80 else varint(n)) + kv
+            return tag + (_VARINT[n] if n < _V2 else varint(n)) + kv
     try:
         return _field(tag, _kv(k, v))
     except Exception as exc:  # as the stock encoder: this attribute is left out, the others kept
@@ -258,7 +262,8 @@ def _transitions(trans, p: list) -> None:
             rest = head + last
         ns = int(t * 1e9)
         body = b"\x09" + _Q(ns) + rest if ns else rest
-        p += (b"\x5a", varint(len(body)), body)
+        n = len(body)
+        p += (b"\x5a", _VARINT[n] if n < _V2 else varint(n), body)
 
 
 def _event_fields(name: str, attrs, dropped: int) -> bytes:
@@ -366,7 +371,8 @@ def span_bytes(s) -> bytes:
         t = e.timestamp
         rest = _event_rest(e.name, e.attributes, e.dropped_attributes)
         body = b"\x09" + _Q(t) + rest if t else rest
-        p += (b"\x5a", varint(len(body)), body)
+        n = len(body)
+        p += (b"\x5a", _VARINT[n] if n < _V2 else varint(n), body)
     n = s.dropped_events
     if n:
         p += (b"\x60", varint(n))
@@ -409,9 +415,8 @@ def encode(spans) -> bytes:
                 out = scopes[sc_key] = []
             lists[(id(r), id(sc))] = out
         b = span_bytes(s)
-        out.append(b"\x12")
-        out.append(varint(len(b)))
-        out.append(b)
+        n = len(b)
+        out += (b"\x12", _VARINT[n] if n < _V2 else varint(n), b)
     request = []
     for r, scopes in groups.items():
         rs = [_once(r, _resource_field)]
