@@ -64,7 +64,7 @@ class Life:
         self.err: tuple[str, str] | None = None  #: (text, traceback) when erred
         self.at_end: tuple | None = None  #: (nbytes, suspicious, compute seconds) from its memory/erred transition
         self.sent = False  #: its span went out ahead of its grace, before a dependent's span
-        self.head = None  #: the _Head it was held with while it waited, if it was (Lives._done)
+        self.head: _Head | None = None  #: the _Head it was held with while it waited, if it was (Lives._done)
 
 
 class Lives:
