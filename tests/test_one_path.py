@@ -226,6 +226,26 @@ def test_python_logging_arrives_with_its_trace_context_and_once(capture):
         assert console == []
 
 
+LATE_LOGGING = r"""
+import logging
+
+class Late:
+    def __del__(self):  # runs as the interpreter shuts down, when no module can be imported any more
+        logging.getLogger("late").warning("logged at shutdown")
+
+late = Late()
+print("done")
+"""
+
+
+def test_a_record_logged_as_the_interpreter_shuts_down_goes_to_the_programs_handlers_only(tmp_path):
+    proc = run_instrumented([PYTHON, "-c", LATE_LOGGING], env=evlog_env(EVLOG_RUN_DIR=str(tmp_path / "run")),
+                            timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and proc.stdout.split() == [b"done"], err
+    assert "logged at shutdown" in err and "evlog: a Python logging record" not in err, err
+
+
 CONSUMERS_PROGRAM = r"""
 import json
 from distributed import Client, LocalCluster

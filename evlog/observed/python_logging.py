@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import time
 import traceback
@@ -63,6 +64,11 @@ class _Taker:
 
     def take(self, record: logging.LogRecord, logger: logging.Logger) -> None:
         if record.levelno < self.level or record.name.startswith(_SKIP) or getattr(_inside, "on", False):
+            return
+        if sys.is_finalizing():
+            # a record from a finalizer as the interpreter shuts down (a library's object collected late):
+            # the program's records have been shipped at exit and no import can run now, so it goes only
+            # where the program's own handlers send it
             return
         _inside.on = True
         try:
