@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from evlog import notices, stats
@@ -121,7 +121,7 @@ def _topics(topic) -> list[str]:
 
 # ---- transitions -------------------------------------------------------------------------------
 
-def record_transitions(items: Iterable[tuple]) -> None:
+def record_transitions(items: Sequence[tuple]) -> None:
     """Keep scheduler transitions as the Dask instrumentation records them, ``(key, start, finish,
     stimulus_id, time, extra, info)`` tuples (evlog/wire/dask.py), in batches, as ``(key, start, finish,
     stimulus_id, worker, time)`` tuples of atoms; made Transitions only when read. Records with no key
@@ -129,7 +129,11 @@ def record_transitions(items: Iterable[tuple]) -> None:
 
     Neither ``info`` (a task's first record carries its trace carrier, a dict) nor the rest of ``extra``
     (a finished task's dependencies, size and error) is kept: a tuple of atoms leaves the garbage
-    collector's lists, and what a story does not show would be the ledger's largest part."""
+    collector's lists, and what a story does not show would be the ledger's largest part. Only the batch's
+    last TRANSITIONS are made entries: the ledger keeps no more (a big graph's submission records transitions
+    faster than that between two shipments)."""
+    if len(items) > TRANSITIONS:
+        items = items[-TRANSITIONS:]
     _transitions.extend([_entry(t) for t in items])  # atomic under the GIL
 
 
