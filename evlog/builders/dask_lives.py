@@ -352,8 +352,9 @@ class Lives:
 def _done(life: Life) -> tuple:
     """What stays of a life whose span went out, until its task is forgotten (a later life, if it runs again,
     starts from it): ``(worker, info)``, or ``(worker, head, *priority)`` for a task that was held with a
-    graph's shared head while it waited: 90 bytes rather than 200 for each task of a big graph, every one of
-    which Dask keeps until the graph's result is let go."""
+    graph's shared head while it waited: 266 bytes a task with its key rather than 372, for each task of a big
+    graph, every one of which Dask keeps until the graph's result is let go (tests/builders/test_dask_lives.py
+    measures it)."""
     head = life.head
     if head is None:
         return life.worker, life.info
