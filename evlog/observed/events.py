@@ -130,8 +130,8 @@ def record_transitions(items: Sequence[tuple]) -> None:
     Neither ``info`` (a task's first record carries its trace carrier, a dict) nor the rest of ``extra``
     (a finished task's dependencies, size and error) is kept: a tuple of atoms leaves the garbage
     collector's lists, and what a story does not show would be the ledger's largest part. Only the batch's
-    last TRANSITIONS are made entries: the ledger keeps no more (a big graph's submission records transitions
-    faster than that between two shipments)."""
+    last TRANSITIONS are made entries: the ledger keeps no more (a big graph's submission can record more
+    than that between two shipments)."""
     if len(items) > TRANSITIONS:
         items = items[-TRANSITIONS:]
     _transitions.extend([_entry(t) for t in items])  # atomic under the GIL
