@@ -22,12 +22,20 @@ WORKER_ADDRESS = "dask.worker.address"
 STIMULUS_ID = "dask.stimulus_id"
 
 
+def transition_head(start: str, finish: str, worker: str | None) -> dict:
+    """A transition event's attributes but the last, its stimulus id: the worker's address only when there is one."""
+    attrs = {TRANSITION_START: start, TRANSITION_FINISH: finish}
+    if worker:
+        attrs[WORKER_ADDRESS] = worker
+    return attrs
+
+
 class TransitionEvents(Sequence):
     """A task span's events: a ``transition`` event per transition of its life, in order, then ``tail`` (its
     exception event, when it erred). The transitions stay as the builder holds them, ``(start, finish,
     stimulus id, worker, time)`` tuples: the span encoder writes their bytes from those
     (evlog/exporter/span_encoding.py), and SpanEvents are made only for what iterates (the run folder's
-    writer, the SDK's ReadableSpan). An event has the worker's address only when there is one."""
+    writer, the SDK's ReadableSpan)."""
 
     __slots__ = ("trans", "tail")
 
@@ -40,9 +48,7 @@ class TransitionEvents(Sequence):
 
     def __iter__(self) -> Iterator[SpanEvent]:
         for start, finish, stim, w, t in self.trans:
-            ev = {TRANSITION_START: start, TRANSITION_FINISH: finish}
-            if w:
-                ev[WORKER_ADDRESS] = w
+            ev = transition_head(start, finish, w)
             ev[STIMULUS_ID] = stim or ""
             yield SpanEvent(TRANSITION, int(t * 1e9), ev)
         yield from self.tail

@@ -34,14 +34,7 @@ from collections.abc import Mapping, Sequence
 from opentelemetry.trace import SpanKind
 
 from evlog import notices
-from evlog.builders.dask_spans import (
-    STIMULUS_ID,
-    TRANSITION,
-    TRANSITION_FINISH,
-    TRANSITION_START,
-    WORKER_ADDRESS,
-    TransitionEvents,
-)
+from evlog.builders.dask_spans import STIMULUS_ID, TRANSITION, TransitionEvents, transition_head
 
 _Q = struct.Struct("<Q").pack
 _D = struct.Struct("<d").pack
@@ -248,10 +241,7 @@ def _transitions(trans, p: list) -> None:
             w = w or None
             head = heads.get((start, finish, w))
             if head is None:
-                attrs = {TRANSITION_START: start, TRANSITION_FINISH: finish}
-                if w:
-                    attrs[WORKER_ADDRESS] = w
-                head = _event_fields(TRANSITION, attrs, 0)
+                head = _event_fields(TRANSITION, transition_head(start, finish, w), 0)
                 if len(heads) >= CACHE_LIMIT:
                     heads.clear()
                 heads[(start, finish, w)] = head
