@@ -222,11 +222,11 @@ class Lives:
     def _life_of(self, held: tuple) -> Life:
         """The life of a waiting task held by _waiting."""
         self._serial += 1
-        trans, prefix, group, span, carrier, priority = held[0]
+        head = held[0]
+        trans = head[0]
         n = len(trans)
-        life = Life(self._serial, (prefix, group, span, carrier, held[n + 1:] if len(held) > n + 1 else priority),
-                    None)
-        life.head = held[0]
+        life = Life(self._serial, _names(head, held[n + 1:]), None)
+        life.head = head
         life.trans = [(start, finish, stim, None, t) for (start, finish, stim), t in zip(trans, held[1:n + 1])]
         return life
 
@@ -364,7 +364,8 @@ def _done(life: Life) -> tuple:
 
 
 def _names(head: _Head, priority: tuple) -> tuple:
-    """The info (wire.dask.TaskInfo) of a task held by ``_done`` with ``head``."""
+    """The info (wire.dask.TaskInfo) of a task held with ``head`` (by _waiting or _done): ``priority``, the
+    numbers held after the head's times, or the head's own when there are none."""
     _trans, prefix, group, span, carrier, own = head
     return prefix, group, span, carrier, priority or own
 
