@@ -23,3 +23,20 @@ def test_a_shipment_larger_than_the_ledger_keeps_its_newest_transitions_in_order
     [t] = events.story("k-3")
     assert (t.start, t.finish, t.stimulus_id, t.worker, t.time) == ("waiting", "processing", "s-k-3", "tcp://w1", 103.0)
     events._transitions.clear()
+
+
+def test_each_transition_names_the_worker_its_record_carries():
+    events._transitions.clear()
+    finished = ("tcp://w2", ("dep",), None, 8, 0, 0.5)  # extra of memory and erred: (worker, deps, error, ...)
+    events.record_transitions([
+        ("a", "waiting", "processing", "s1", 1.0, "tcp://w1", None),
+        ("a", "processing", "memory", "s2", 2.0, finished, None),
+        ("b", "processing", "erred", "s3", 3.0, finished, None),
+        ("c", "processing", "erred", "s4", 4.0, None, None),  # no TaskState left to read
+        ("a", "memory", "released", "s5", 5.0, None, None),
+        ("d", "released", "waiting", "s6", 6.0, None, ("p", "p-1", None, None, (0,))),
+    ])
+    workers = {(t.key, t.finish): t.worker for k in "abcd" for t in events.story(k)}
+    assert workers == {("a", "processing"): "tcp://w1", ("a", "memory"): "tcp://w2", ("a", "released"): None,
+                       ("b", "erred"): "tcp://w2", ("c", "erred"): None, ("d", "waiting"): None}
+    events._transitions.clear()

@@ -134,18 +134,15 @@ def record_transitions(items: Sequence[tuple]) -> None:
     than that between two shipments)."""
     if len(items) > TRANSITIONS:
         items = items[-TRANSITIONS:]
-    _transitions.extend([_entry(t) for t in items])  # atomic under the GIL
-
-
-def _entry(t: tuple) -> tuple:
-    key, start, finish, stimulus, time, extra, _info = t  # the fields of evlog.wire.dask.Transition
-    if finish == "processing":
-        worker = extra
-    elif (finish == "memory" or finish == "erred") and extra is not None:
-        worker = extra[0]
-    else:
-        worker = None
-    return key, start, finish, stimulus, worker, time
+    # One expression, no call per transition: this runs on the scheduler's process, for every transition (the
+    # fields of evlog.wire.dask.Transition; the worker is ``extra`` itself for processing, its first field
+    # for memory and erred). extend is atomic under the GIL.
+    _transitions.extend([
+        (key, start, finish, stimulus,
+         extra if finish == "processing" else
+         extra[0] if (finish == "memory" or finish == "erred") and extra is not None else None,
+         time)
+        for key, start, finish, stimulus, time, extra, _info in items])
 
 
 def story(*keys_or_stimuli: Any) -> list[Transition]:
