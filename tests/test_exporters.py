@@ -149,3 +149,35 @@ def test_the_writer_makes_a_gzip_member_per_flush_and_a_cut_file_reads_to_its_la
     assert rows == all_rows[:len(all_rows) - last] and len(rows) > 0
     assert cut.problems == [f"{path}: byte {ends[-2]}: incomplete last gzip member "
                             f"({(ends[-1] - ends[-2]) // 2:,} bytes), skipped"]
+
+
+def test_a_lone_surrogate_is_written_as_a_replacement_character_and_its_batch_is_kept(tmp_path):
+    """A Python str may hold a lone surrogate, which UTF-8 cannot: written as is, the whole line (every span
+    of its batch) was skipped by every reader as not UTF-8."""
+    from evlog.data.run_reader import RunFolder
+
+    program = """
+    import logging
+    from opentelemetry import trace
+    tracer = trace.get_tracer("t")
+    with tracer.start_as_current_span("before"):
+        pass
+    with tracer.start_as_current_span("bad \\ud800 name") as span:
+        span.set_attribute("note", "half \\udc00 a pair, whole \\ud83d\\ude00")
+    with tracer.start_as_current_span("after"):
+        pass
+    logging.getLogger("app").warning("a line with \\udcff in it")
+    """
+    run_instrumented(program, env=evlog_env(EVLOG_RUN_DIR=tmp_path, EVLOG_CONSUMERS="none"), check=True)
+    for signal in ("traces", "logs"):
+        for path in run_files(str(tmp_path), signal):
+            for line in run_file_lines(path):
+                line.decode("utf-8")  # raises on a surrogate written as is
+    folder = RunFolder(str(tmp_path))
+    rows = [r for _signal, batch in folder.read_all() for r in batch]
+    assert folder.problems == []
+    names = {r.get("name") for r in rows}
+    assert {"before", "bad \ufffd name", "after"} <= names
+    (bad,) = [r for r in rows if r.get("name") == "bad \ufffd name"]
+    assert bad["attributes"]["note"] == "half \ufffd a pair, whole \U0001f600"
+    assert any("a line with \ufffd in it" in str(r.get("body")) for r in rows)
