@@ -131,3 +131,34 @@ def test_store_rows_keeps_no_strings_for_sharing_once_its_rows_are_made(tmp_path
         assert spans
         other = "".join(["inc-held-", "x" * 20])  # equal, not the same object
         assert otlp_decode.shared_strings()(other, other) is other, "the decoder still shares a string from before"
+
+
+def test_lines_only_pythons_json_takes_are_read_and_broken_ones_named(tmp_path):
+    """Lines are parsed by msgspec first; what it refuses (Python's bare NaN, a lone surrogate's escape) is
+    still read through json.loads, and a line that is not UTF-8 or not JSON gets the message it always had."""
+    make_run(str(tmp_path), n_tasks=20, batch=10)
+    path = os.path.join(tmp_path, "traces-100.jsonl")
+    with open(path, encoding="utf-8") as f:
+        lines = [json.loads(x) for x in f]
+    nan_span = lines[0]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    nan_span["attributes"].append({"key": "ratio", "value": {"doubleValue": float("nan")}})
+    odd_span = lines[1]["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    odd_span["name"] = "task \ud800"
+    with open(path, "wb") as f:
+        f.write(json.dumps(lines[0]).encode() + b"\n")  # "doubleValue": NaN
+        f.write(json.dumps(lines[1]).encode() + b"\n")  # "task \\ud800"
+        f.write(b'{"resourceSpans": [\xff]}\n')
+        f.write(b'{"resourceSpans": [}\n')
+        for x in lines[2:]:
+            f.write(json.dumps(x).encode() + b"\n")
+    store = Store(None)
+    rf = RunFolder(str(tmp_path))
+    rf.load_into(store)
+    assert rf.problems == [
+        f"{path}:3: skipped a corrupt line: not UTF-8 JSON (byte 0xff at column 20)",
+        f"{path}:4: skipped a corrupt line: Expecting value: line 1 column 20 (char 19)"]
+    assert store._q("SELECT name FROM spans WHERE span_id = ?", (nan_span["spanId"],))
+    assert store._q("SELECT name FROM spans WHERE span_id = ?", (odd_span["spanId"],)) == [("task \ufffd",)]
+    ids = [s["spanId"] for x in lines for rs in x["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    marks = ",".join("?" * len(ids))
+    assert store._q(f"SELECT count(*) FROM spans WHERE span_id IN ({marks})", tuple(ids))[0][0] == len(ids)
