@@ -36,7 +36,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from evlog import stats
 from evlog.builders.span_data import SpanData, SpanEvent, SpanLink, readable
-from evlog.exporter import export_failures, otlp_send
+from evlog.exporter import export_failures, otlp_send, span_encoding
 
 ExportTraceServiceRequest = trace_service_pb2.ExportTraceServiceRequest
 
@@ -516,6 +516,17 @@ def test_http_retryable_status_codes_carry_the_retry_after_delay(http_receiver, 
     assert said[0] == otlp_send.Sent(False, 0, expected) and f"HTTP {status}" in said[1], said
 
 
+def _sent_as_json(http_receiver, spans) -> tuple[dict, bytes]:
+    """(headers, body) of the one request the receiver got for ``spans`` sent as OTLP/HTTP JSON."""
+    sender = otlp_send.HttpSpans(json=True)
+    try:
+        assert sender.export(spans).ok
+    finally:
+        sender.shutdown()
+    [(_, headers, _raw, body)] = http_receiver.got
+    return headers, body
+
+
 def test_http_json_carries_the_same_message_as_protobuf(http_receiver, monkeypatch):
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{http_receiver.plain}/v1/traces")
     res = Resource({"service.name": "app", "n": 3, "on": True, "tags": ("a", "b")}, "https://example.com/r")
@@ -529,12 +540,7 @@ def test_http_json_carries_the_same_message_as_protobuf(http_receiver, monkeypat
                       SpanKind.SERVER, Status(StatusCode.ERROR, "bad"), 10, 20, scope, 4, 5, 6),
              SpanData("ok", SpanContext(0xABC, 4, False), SpanContext(0xABC, 2, False), res, {},
                       status=Status(StatusCode.OK), instrumentation_scope=scope)]
-    sender = otlp_send.HttpSpans(json=True)
-    try:
-        assert sender.export(spans).ok
-    finally:
-        sender.shutdown()
-    [(_, headers, _raw, body)] = http_receiver.got
+    headers, body = _sent_as_json(http_receiver, spans)
     assert headers["content-type"] == "application/json"
     got = json_format.Parse(json.dumps(_ids_in_base64(json.loads(body))), ExportTraceServiceRequest())
     expected = encode_spans([readable(s) for s in spans])
@@ -544,6 +550,22 @@ def test_http_json_carries_the_same_message_as_protobuf(http_receiver, monkeypat
                 if sp.status == type(sp.status)():
                     sp.ClearField("status")
     assert got == expected
+
+
+def test_http_json_writes_a_lone_surrogate_as_the_protobuf_encoder_writes_a_name_with_one(http_receiver, monkeypatch):
+    """U+FFFD for each lone surrogate (a pair is the character it makes), the body UTF-8, the span's
+    batch kept: as the protobuf encoder writes a span name, and the run folder any string."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{http_receiver.plain}/v1/traces")
+    res = Resource({})
+    spans = [SpanData("bad \udcff name", SpanContext(0xABC, 1, False), None, res, {"pair": "\ud83d\ude00"}),
+             SpanData("ok", SpanContext(0xABC, 2, False), None, res, {})]
+    _headers, body = _sent_as_json(http_receiver, spans)
+    request = json.loads(body.decode("utf-8"))
+    sent = request["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert [s["name"] for s in sent] == ["bad \ufffd name", "ok"]
+    assert sent[0]["attributes"] == [{"key": "pair", "value": {"stringValue": "\U0001f600"}}]
+    assert ExportTraceServiceRequest.FromString(span_encoding.encode(spans)).resource_spans[0].scope_spans[0].spans[0] \
+        .name == "bad \ufffd name"
 
 
 def _ids_in_base64(request: dict) -> dict:

@@ -379,7 +379,7 @@ class HttpSpans:
 
     def export(self, spans) -> Sent:
         if self.json:
-            request = otlp_json.encode_spans_text(spans).encode("utf-8", "replace")  # a lone surrogate: "?"
+            request = otlp_json.utf8(otlp_json.encode_spans_text(spans))
         else:
             request = span_encoding.encode(spans)
         if len(request) > MAX_REQUEST:

@@ -34,16 +34,6 @@ def member(data: bytes, level: int = LEVEL) -> bytes:
     return z.compress(data) + z.flush()
 
 
-def _utf8(text: str) -> bytes:
-    """``text`` as UTF-8, a lone surrogate (a Python str can hold one: a span's name, a log line) as U+FFFD, as
-    evlog's span encoder writes it: a line with one written as is would not be UTF-8, and every reader would
-    skip the whole line with the spans of everyone else in its batch."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a pair of surrogates is the character it makes
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
-
-
 class RunFolderWriter:
     """Appends whole lines, one gzip member each, to ``<run_dir>/<signal>-<pid>.jsonl.gz``."""
 
@@ -69,7 +59,7 @@ class RunFolderWriter:
 
     def write_text(self, text: str) -> bool:
         """Append ``text`` (one JSON document) as one line."""
-        data = member(_utf8(text + "\n"))
+        data = member(otlp_json.utf8(text + "\n"))
         try:
             fd = self._open()
             view = memoryview(data)
