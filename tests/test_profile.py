@@ -285,6 +285,20 @@ def test_pprof_bodies_parse_with_protobuf_and_read_back_with_evlogs_decoder():
         pprof.from_body("not base64 at all!")
 
 
+def test_a_file_name_that_is_not_utf8_is_written_with_a_replacement_character():
+    """A source file whose name is not UTF-8 reaches Python with surrogateescape's lone surrogates; pprof's
+    string table holds UTF-8 strings, which a strict parser (Go's, pprof's own) checks."""
+    from evlog import pprof
+
+    name = os.fsdecode(b"/w/caf\xe9.py")  # Latin-1 bytes on disk: "/w/caf\udce9.py"
+    samples = [((("f", name, 1),), (1, 10_000_000), {})]
+    data = pprof.encode(samples, (("samples", "count"), ("wall", "nanoseconds")), ("wall", "nanoseconds"), 10_000_000)
+    prof = pprof_proto.parse(data)
+    assert "/w/caf\ufffd.py" in list(prof.string_table)
+    for text in prof.string_table:
+        text.encode("utf-8")
+
+
 def test_the_builder_makes_one_record_per_prefix_and_leaves_dasks_frames_out():
     """The exporter process's builder on records as a worker ships them (no cluster)."""
     from opentelemetry.sdk.resources import Resource
