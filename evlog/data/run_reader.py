@@ -8,7 +8,7 @@ SIGKILL or ``os._exit`` reads up to its last whole member. A corrupt member is r
 and byte offset, and reading goes on at the next member.
 
 A corrupt line is reported with its file and line number and skipped; the rest is kept. A lone surrogate
-in a string (JSON's ``\\ud800``: a Python str can hold one, and evlog's writer writes it so) reads as U+FFFD. Only whole
+escaped in a string (``\\ud800``: another writer's, or an older evlog's) reads as U+FFFD. Only whole
 lines are read, so a line being written is picked up on the next poll, never half. A path that is not
 a folder, or a folder with none of these files but other things in it, raises ``RunFolderError``.
 
