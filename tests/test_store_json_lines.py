@@ -134,9 +134,10 @@ def test_store_rows_keeps_no_strings_for_sharing_once_its_rows_are_made(tmp_path
 
 
 def test_lines_only_pythons_json_takes_are_read_and_broken_ones_named(tmp_path):
-    """Lines are parsed by msgspec first; what it refuses (Python's bare NaN, a lone surrogate's escape) is
-    still read through json.loads, and a line that is not UTF-8 or not JSON gets the message it always had."""
-    make_run(str(tmp_path), n_tasks=20, batch=10)
+    """Lines are parsed by msgspec first; what it refuses (Python's bare NaN, a lone surrogate escaped, or as the
+    bytes evlog wrote for one before it wrote U+FFFD) is still read through json.loads, a lone surrogate as
+    U+FFFD, and a line that is not UTF-8 or not JSON gets the message it always had."""
+    make_run(str(tmp_path), n_tasks=30, batch=10)
     path = os.path.join(tmp_path, "traces-100.jsonl")
     with open(path, encoding="utf-8") as f:
         lines = [json.loads(x) for x in f]
@@ -147,16 +148,19 @@ def test_lines_only_pythons_json_takes_are_read_and_broken_ones_named(tmp_path):
     with open(path, "wb") as f:
         f.write(json.dumps(lines[0]).encode() + b"\n")  # "doubleValue": NaN
         f.write(json.dumps(lines[1]).encode() + b"\n")  # "task \\ud800"
+        f.write(json.dumps(lines[2], ensure_ascii=False).replace("dask.task ", "dask.task \udce9-", 1)
+                .encode("utf-8", "surrogatepass") + b"\n")  # as evlog wrote a lone surrogate before it wrote U+FFFD
         f.write(b'{"resourceSpans": [\xff]}\n')
         f.write(b'{"resourceSpans": [}\n')
-        for x in lines[2:]:
+        for x in lines[3:]:
             f.write(json.dumps(x).encode() + b"\n")
     store = Store(None)
     rf = RunFolder(str(tmp_path))
     rf.load_into(store)
     assert rf.problems == [
-        f"{path}:3: skipped a corrupt line: not UTF-8 JSON (byte 0xff at column 20)",
-        f"{path}:4: skipped a corrupt line: Expecting value: line 1 column 20 (char 19)"]
+        f"{path}:4: skipped a corrupt line: not UTF-8 JSON (byte 0xff at column 20)",
+        f"{path}:5: skipped a corrupt line: Expecting value: line 1 column 20 (char 19)"]
+    assert store._q("SELECT count(*) FROM spans WHERE name LIKE '%\ufffd-%'")[0][0] == 1
     assert store._q("SELECT name FROM spans WHERE span_id = ?", (nan_span["spanId"],))
     assert store._q("SELECT name FROM spans WHERE span_id = ?", (odd_span["spanId"],)) == [("task \ufffd",)]
     ids = [s["spanId"] for x in lines for rs in x["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]

@@ -8,7 +8,8 @@ SIGKILL or ``os._exit`` reads up to its last whole member. A corrupt member is r
 and byte offset, and reading goes on at the next member.
 
 A corrupt line is reported with its file and line number and skipped; the rest is kept. A lone surrogate
-escaped in a string (``\\ud800``: another writer's, or an older evlog's) reads as U+FFFD. Only whole
+in a string (escaped, ``\\ud800``, or as the bytes evlog wrote for one before it wrote U+FFFD) reads as
+U+FFFD. Only whole
 lines are read, so a line being written is picked up on the next poll, never half. A path that is not
 a folder, or a folder with none of these files but other things in it, raises ``RunFolderError``.
 
@@ -263,18 +264,22 @@ class RunFolder:
                 request = _json_value(raw)
             except Exception:
                 request = _UNREAD
+            surrogates = False
             if request is _UNREAD:
                 try:
                     text = raw.decode("utf-8")  # json.loads(bytes) would guess UTF-16 or 32 for random bytes
                 except UnicodeDecodeError as e:
-                    self._problem(f"{f.path}:{f.line}: skipped a corrupt line: not UTF-8 JSON "
-                                  f"(byte 0x{raw[e.start]:02x} at column {e.start + 1})")
-                    continue
+                    try:  # evlog before 2026-11-28 wrote a lone surrogate as the 3 bytes UTF-8 would make of it
+                        text, surrogates = raw.decode("utf-8", "surrogatepass"), True
+                    except UnicodeDecodeError:
+                        self._problem(f"{f.path}:{f.line}: skipped a corrupt line: not UTF-8 JSON "
+                                      f"(byte 0x{raw[e.start]:02x} at column {e.start + 1})")
+                        continue
             try:
                 whole = keep
                 if request is _UNREAD:
                     request = json.loads(text)
-                    if _SURROGATE_ESCAPE.search(text):
+                    if surrogates or _SURROGATE_ESCAPE.search(text):
                         request, whole = _without_lone_surrogates(request), None  # stored as rows: not the line
                 if whole is not None:
                     try:
