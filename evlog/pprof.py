@@ -13,6 +13,8 @@ from __future__ import annotations
 import base64
 import gzip
 
+from evlog.text import utf8
+
 FORMAT = "pprof-gzip-base64"
 
 
@@ -59,15 +61,6 @@ class _Strings:
         if i is None:
             i = self.index[s] = len(self.index)
         return i
-
-
-def _utf8(text: str) -> bytes:
-    """A string of the table as UTF-8, a lone surrogate as U+FFFD: a file name that is not UTF-8 reaches Python
-    with surrogateescape's, and a parser checks the table's strings (protobuf's refuses the whole profile)."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a pair of surrogates is the character it makes
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
 def encode(samples, sample_types, period_type, period: int, time_ns: int = 0, duration_ns: int = 0) -> bytes:
@@ -120,7 +113,7 @@ def encode(samples, sample_types, period_type, period: int, time_ns: int = 0, du
     _int(1, s(period_type[0]), pt)
     _int(2, s(period_type[1]), pt)
     for text in s.index:  # every string is known now: the table, in index order
-        _bytes(6, _utf8(text), out)
+        _bytes(6, utf8(text), out)  # a lone surrogate as U+FFFD: protobuf refuses a profile with one
     _int(9, time_ns, out)
     _int(10, duration_ns, out)
     _bytes(11, bytes(pt), out)

@@ -28,6 +28,7 @@ from typing import Any
 import msgspec
 
 from evlog.data import otlp_decode
+from evlog.text import without_lone_surrogates
 
 _FILE = re.compile(r"^(traces|logs|metrics)[^/]*\.jsonl(\.gz)?$")
 _GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -42,20 +43,16 @@ _UNREAD = object()
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")  # a line's text that json.loads may give lone surrogates
 
 
-def _without_lone_surrogates(value: Any) -> Any:
-    """json.loads's ``value`` with each lone surrogate in its strings made U+FFFD, as evlog's span encoder
-    writes one: a string with one cannot be stored (SQLite takes UTF-8) or printed."""
+def _fix_surrogates(value: Any) -> Any:
+    """json.loads's ``value`` with each lone surrogate in its strings made U+FFFD (evlog.text): a string with one
+    cannot be stored (SQLite takes UTF-8) or printed."""
     t = type(value)
     if t is str:
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-        return value
+        return without_lone_surrogates(value)
     if t is dict:
-        return {_without_lone_surrogates(k): _without_lone_surrogates(v) for k, v in value.items()}
+        return {_fix_surrogates(k): _fix_surrogates(v) for k, v in value.items()}
     if t is list:
-        return [_without_lone_surrogates(v) for v in value]
+        return [_fix_surrogates(v) for v in value]
     return value
 
 
@@ -280,7 +277,7 @@ class RunFolder:
                 if request is _UNREAD:
                     request = json.loads(text)
                     if surrogates or _SURROGATE_ESCAPE.search(text):
-                        request, whole = _without_lone_surrogates(request), None  # stored as rows: not the line
+                        request, whole = _fix_surrogates(request), None  # stored as rows: not the line
                 if whole is not None:
                     try:
                         k = whole(request, raw)

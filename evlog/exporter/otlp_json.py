@@ -243,16 +243,6 @@ def span_text(s) -> str:
             f'"startTimeUnixNano":"{s.start_time or 0}","endTimeUnixNano":"{s.end_time or 0}",{attr_text}{tail}')
 
 
-def utf8(text: str) -> bytes:
-    """JSON ``text`` as UTF-8, a lone surrogate (a Python str can hold one: a span's name, a log line, a file
-    name decoded with surrogateescape) as U+FFFD, as evlog's protobuf encoder writes a name with one: written
-    as is, the line would not be UTF-8, and a reader would skip it whole with every span of its batch."""
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # a pair of surrogates is the character it makes
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
-
-
 def encode_spans_text(spans: Sequence) -> str:
     """dumps(encode_spans(spans)), the same JSON (whitespace and key order included)."""
     out = []

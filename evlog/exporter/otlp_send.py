@@ -49,6 +49,7 @@ from urllib.parse import urlparse
 from evlog import notices, stats
 from evlog.exporter import otlp_json, span_encoding
 from evlog.exporter.export_failures import export_failed
+from evlog.text import utf8
 from evlog.version import __version__
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -379,7 +380,7 @@ class HttpSpans:
 
     def export(self, spans) -> Sent:
         if self.json:
-            request = otlp_json.utf8(otlp_json.encode_spans_text(spans))
+            request = utf8(otlp_json.encode_spans_text(spans))
         else:
             request = span_encoding.encode(spans)
         if len(request) > MAX_REQUEST:

@@ -22,6 +22,7 @@ import zlib
 
 from evlog import notices
 from evlog.exporter import otlp_json
+from evlog.text import utf8
 
 _dumps = otlp_json.dumps
 LEVEL = 3
@@ -59,7 +60,7 @@ class RunFolderWriter:
 
     def write_text(self, text: str) -> bool:
         """Append ``text`` (one JSON document) as one line."""
-        data = member(otlp_json.utf8(text + "\n"))
+        data = member(utf8(text + "\n"))  # a lone surrogate as U+FFFD: else readers skip the line whole
         try:
             fd = self._open()
             view = memoryview(data)

@@ -35,6 +35,7 @@ from opentelemetry.trace import SpanKind
 
 from evlog import notices
 from evlog.builders.dask_spans import STIMULUS_ID, TRANSITION, TransitionEvents, transition_head
+from evlog.text import utf8 as _utf8
 
 _Q = struct.Struct("<Q").pack
 _D = struct.Struct("<d").pack
@@ -70,13 +71,6 @@ def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field."""
     n = len(payload)
     return tag + (_VARINT[n] if n < _V2 else varint(n)) + payload
-
-
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode()
-    except UnicodeEncodeError:  # lone surrogates: U+FFFD for each (a pair of them is the character it makes)
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
 
 
 # ---- attributes ------------------------------------------------------------------------------------
