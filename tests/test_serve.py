@@ -177,6 +177,18 @@ def test_malformed_requests_get_400_or_invalid_argument_and_are_counted(serve):
     assert serve.spans() == 0
 
 
+def test_a_lone_surrogate_in_a_json_body_gets_400_high_or_low(serve):
+    """JSON can spell what Unicode cannot (\\ud800 .. \\udfff alone); a pair is a character, and is stored."""
+    for i, name in enumerate(["high \\ud800 alone", "low \\udc00 alone", "low \\uDFFF alone"]):
+        body = json.dumps(traces_request(resource(1, "worker"), [span("4" * 32, f"{i + 1:016x}", "x", 1, 2, {})]))
+        status, resp = serve.post("/v1/traces", body.replace('"x"', f'"{name}"').encode(), "application/json")
+        assert status == 400 and "lone surrogate" in json.loads(resp)["message"], (name, status, resp)
+    body = json.dumps(traces_request(resource(1, "worker"), [span("4" * 32, "f" * 16, "x", 1, 2, {})]))
+    status, _resp = serve.post("/v1/traces", body.replace('"x"', '"pair \\ud83d\\ude00"').encode(), "application/json")
+    assert status == 200
+    serve.wait(lambda: serve.spans() == 1, what="the span named with a pair")
+
+
 def test_an_oversized_request_gets_413(tmp_path):
     s = Serve(str(tmp_path / "small.sqlite"), "--max-body", "2K")
     try:

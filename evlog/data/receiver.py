@@ -54,7 +54,7 @@ DEFAULT_MAX_BODY = 32 * 1024 * 1024
 
 _PROTOBUF = "application/x-protobuf"
 # a surrogate spelled as a JSON escape, or encoded in the bytes (json.loads lets both through)
-_SURROGATE = re.compile(rb"\\u[dD][89abAB]|\xed[\xa0-\xbf]").search
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]").search  # high (D8-DB) and low (DC-DF) alike
 _JSON = "application/json"
 _MAX_PEERS_TOLD = 1024  # client addresses told about a refusal; past them, refusals are only counted
 
