@@ -9,9 +9,9 @@ and byte offset, and reading goes on at the next member.
 
 A corrupt line is reported with its file and line number and skipped; the rest is kept. A lone surrogate
 in a string (escaped, ``\\ud800``, or as the bytes evlog wrote for one before it wrote U+FFFD) reads as
-U+FFFD. Only whole
-lines are read, so a line being written is picked up on the next poll, never half. A path that is not
-a folder, or a folder with none of these files but other things in it, raises ``RunFolderError``.
+U+FFFD. Only whole lines are read, so a line being written is picked up on the next poll, never half. A
+path that is not a folder, or a folder with none of these files but other things in it, raises
+``RunFolderError``.
 
 ``bytes_read`` and ``bytes_total`` (of the files as they were at the last poll, compressed bytes for a
 compressed file) say how far a read has come, for a page that shows a folder loading.
