@@ -245,6 +245,49 @@ def test_fine_performance_metrics_agree_with_dasks_own_figures(local):
     assert span_ids == set(names.values())
 
 
+# A span that gets tasks again after a reading saw it done, and finishes them before the next reading,
+# before the program goes on: readings every 5 s from the first graph (load's), one at 5 s sees etl done with
+# load's stop, then clean (0.6 s of tasks) and reduce come at 6.5-7.5 s, before the next one.
+LATE_STOP_APP = WORK + r'''
+from distributed import Client, LocalCluster
+
+def doze(x, s):
+    time.sleep(s)
+    return x
+
+if __name__ == "__main__":
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        t0 = time.monotonic()
+        with span("etl") as etl:
+            with span("load") as load:
+                client.gather(client.map(doze, range(2), s=0.1))
+            time.sleep(max(0.0, t0 + 6.5 - time.monotonic()))
+            with span("clean") as clean:
+                client.gather(client.map(doze, range(2), s=0.6))
+        with span("reduce") as red:
+            client.submit(sum, [1, 2]).result()
+        out = client.run_on_scheduler(dasks_own)
+        out["ids"] = {"etl": etl, "load": load, "clean": clean, "reduce": red}
+        print("''' + MARK + r'''" + json.dumps(out), flush=True)
+'''
+
+
+@pytest.mark.slow
+def test_a_span_that_finishes_more_tasks_between_two_readings_ends_when_its_last_task_did(tmp_path):
+    (tmp_path / "app.py").write_text(LATE_STOP_APP)
+    with PlainReceiver() as r:
+        env = evlog_env({**r.env(), "EVLOG_SUMMARY": "false", "OTEL_METRIC_EXPORT_INTERVAL": "5000"})
+        dask_says = said(run_instrumented([PYTHON, str(tmp_path / "app.py")], env=env, cwd=str(tmp_path),
+                                          timeout=240))
+        got = {attrs(s.attributes)["dask.span.id"]: s for _res, s in dask_spans(r)}
+    ids = dask_says["ids"]
+    assert set(got) == set(ids.values())
+    for name, sid in ids.items():
+        want = dask_says["spans"][sid]
+        assert abs(got[sid].end_time_unix_nano / 1e9 - want["stop"]) <= 0.25, (name, got[sid].end_time_unix_nano, want)
+
+
 @pytest.mark.slow
 def test_a_cluster_whose_program_names_no_span_gets_no_span_telemetry(tmp_path):
     with PlainReceiver() as r:

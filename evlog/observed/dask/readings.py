@@ -20,7 +20,9 @@ name no spans gets no span telemetry at all, and its figures are in the schedule
 
 A Dask span that is finished and has not changed for SETTLE readings is read only every SETTLED_EVERY
 readings (a recomputation after a lost worker may still change it), so a scheduler that has run
-thousands of spans does not read them all every second.
+thousands of spans does not read them all every second; a graph with tasks in it makes it read every
+time again. A graph that brings a new span first records the times of the spans recently done: the
+exporter ends a done span when a span not inside it comes, with the times last recorded.
 """
 from __future__ import annotations
 
@@ -93,6 +95,9 @@ class Readings:
                 self._log = records.source(wire.READINGS, {"start": self.start})
                 self._schedule()
             now = time.time()
+            spans = getattr(self._extension(), "spans", None)
+            if spans and len(spans) > self._seen:
+                self._recent(spans, now)
             named = self._see(now)
             self._calls(annotations, tasks, now)
             return [(None, wire.NAMED, None, None, now, sid, None) for sid in named]
@@ -102,6 +107,21 @@ class Readings:
 
     def _extension(self):
         return self.scheduler.extensions.get("spans")
+
+    def _recent(self, spans, now: float) -> None:
+        """The times of the spans last recorded done and still read every time, before a new span is
+        announced: the exporter ends a done span when a span not inside it comes (the program went on),
+        with the times last recorded, and a span can get more tasks and finish them all between two
+        readings (``with span("etl")``: ``load``, then a short ``clean``, then ``reduce`` outside it), which
+        moves its stop after the reading that saw it done."""
+        for sid, st in self._spans.items():
+            if st.times is not None and st.times[2] and st.quiet < SETTLE:
+                sp = spans.get(sid)
+                try:
+                    if sp is not None:
+                        self._times(sid, sp, st, now)
+                except Exception as exc:  # read again at the next reading; the graph's news go on
+                    notices.warn_once("dask-readings-span", f"a Dask span's figures could not be read: {exc!r}")
 
     def _see(self, now: float) -> list:
         """Record the Dask spans made since the last look (parents first, as Dask makes them); their ids."""
@@ -127,21 +147,26 @@ class Readings:
 
     def _calls(self, annotations, tasks, now: float) -> None:
         """The client call's trace context, linked to the Dask span its graph's tasks are in (Dask gives
-        the plugin the span of each of the graph's tasks: the first and last are looked at)."""
+        the plugin the span of each of the graph's tasks: the first and last are looked at). The span
+        and those it is in are read at every reading again, until they settle once more."""
         per_task = (annotations or {}).get("span") if isinstance(annotations, dict) else None
         if not per_task:
             return
+        ids = set()
+        for ann in (next(iter(per_task.values())), next(reversed(per_task.values()))):
+            chain = ann.get("ids") if isinstance(ann, dict) else None
+            if chain:
+                ids.add(chain[-1])
+                for sid in chain:
+                    st = self._spans.get(sid)
+                    if st is not None:
+                        st.quiet = 0
         carrier = dc.graph_carrier()
         if carrier is None and tasks:  # a graph without one (a client without evlog): the one made for it
             ts = self.scheduler.tasks.get(tasks[0])
             carrier = dc.carrier_of(dc.carriers(self.scheduler), ts) if ts is not None else None
         if carrier is None:
             return
-        ids = set()
-        for ann in (next(iter(per_task.values())), next(reversed(per_task.values()))):
-            got = ann.get("ids") if isinstance(ann, dict) else None
-            if got:
-                ids.add(got[-1])
         for sid in ids:
             st = self._spans.get(sid)
             if st is not None and st.calls < wire.MAX_CALLS:
@@ -182,18 +207,23 @@ class Readings:
         """One Dask span's times and figures, when they changed (a span that cannot be read now is
         read again next time, the others go on)."""
         try:
-            done = sp.done
-            times = (sp.start, sp.stop if done else None, done)
-            changed = times != st.times
-            if changed:
-                st.times = times
-                self._log.append((wire.TIMES, now, sid) + times)  # wire.dask.SpanTimes
+            changed = self._times(sid, sp, st, now)
             figures = sp.cumulative_worker_metrics  # a new dict, summed over the span's tree
             figures.pop(IDLE, None)  # Dask's estimate from the cluster's threads, not a measurement
             changed |= self._figures(sid, figures, st.figures, now)
-            st.quiet = 0 if changed or not done else st.quiet + 1
+            st.quiet = 0 if changed or not st.times[2] else st.quiet + 1
         except Exception as exc:
             notices.warn_once("dask-readings-span", f"a Dask span's figures could not be read: {exc!r}")
+
+    def _times(self, sid, sp, st: _Span, now: float) -> bool:
+        """Record one Dask span's (start, stop, done) if they changed; whether they did."""
+        done = sp.done
+        times = (sp.start, sp.stop if done else None, done)
+        if times == st.times:
+            return False
+        st.times = times
+        self._log.append((wire.TIMES, now, sid) + times)  # wire.dask.SpanTimes
+        return True
 
     def _figures(self, sid, current, last: dict, now: float) -> bool:
         """One Figures record of the entries of ``current`` that changed since ``last`` (updated)."""
