@@ -9,7 +9,8 @@ the blockwise steps); N = 318,200 is 999,432 graph tasks.
 Each pair of rounds runs the plain app, then the same app under `evlog-instrument` writing its run
 folder (A B A B ...). While an app runs, this process samples the resident memory of every process of
 its tree (psutil, every 0.2 s) and keeps each process's peak and the tree's peak (the largest sum of one
-sample). After each evlog round it reads the run folder back:
+sample), and each process's CPU seconds at its last sample (summed per role: where a 2-core machine's time
+went). After each evlog round it reads the run folder back:
 - ``evlog report RUN --format json``: wall time and peak memory of its process;
 - ``evlog view RUN``: the time until /api/overview says the folder is loaded, then the time to answer
   the panels a page asks first (overview, Gantt, plots, task graph, report), and the server's peak memory.
@@ -78,6 +79,7 @@ class TreeMemory:
         self.every = every
         self.peak: dict[int, int] = {}  # pid -> peak RSS
         self.role: dict[int, str] = {}
+        self.cpu: dict[int, float] = {}  # pid -> CPU seconds (user + system) at its last sample
         self.tree_peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -93,6 +95,8 @@ class TreeMemory:
             for p in procs:
                 try:
                     rss = p.memory_info().rss
+                    t = p.cpu_times()
+                    self.cpu[p.pid] = t.user + t.system
                     if p.pid not in self.role:
                         self.role[p.pid] = _role(p.cmdline())
                 except psutil.Error:
@@ -112,6 +116,15 @@ class TreeMemory:
         for pid, rss in self.peak.items():
             role = self.role.get(pid, "other")
             out[role] = max(out.get(role, 0), rss)
+        return out
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds per role, summed over its processes (both workers), as last sampled: up to ``every``
+        seconds short of each process's total."""
+        out: dict[str, float] = {}
+        for pid, seconds in self.cpu.items():
+            role = self.role.get(pid, "other")
+            out[role] = out.get(role, 0.0) + seconds
         return out
 
 
@@ -148,7 +161,7 @@ def run_app(app: str, chunks: int, evlog: bool, run_dir: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"the {'evlog' if evlog else 'plain'} app failed ({proc.returncode}):\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(wall=wall, tree_peak=mem.tree_peak, roles=mem.by_role())
+    result.update(wall=wall, tree_peak=mem.tree_peak, roles=mem.by_role(), cpu=mem.cpu_by_role())
     return result
 
 
@@ -279,7 +292,8 @@ def main() -> None:
                 r = run_app(app, chunks, variant == "evlog", run_dir)
                 rounds[variant].append(r)
                 print(f"# pair {i + 1} {variant}: {r['seconds']:.1f} s compute, tree peak {r['tree_peak'] / 1e6:.0f} MB, "
-                      + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sorted(r["roles"].items())), flush=True)
+                      + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sorted(r["roles"].items())) + "; CPU "
+                      + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items())), flush=True)
                 if variant == "evlog":
                     run_dirs.append(run_dir)
         tasks = rounds["plain"][0]["tasks"]
@@ -294,6 +308,13 @@ def main() -> None:
                  med([r["roles"].get(role, 0) for r in e]) / 1e6, "MB")
         for role in ("exporter", "launcher", "console relay"):
             line(f"{role} peak RSS", None, med([r["roles"].get(role, 0) for r in e]) / 1e6, "MB")
+        # where the CPU goes: on 2 cores, the exporter's seconds compete with the scheduler's and the workers'
+        line("process tree CPU", med([sum(r["cpu"].values()) for r in p]), med([sum(r["cpu"].values()) for r in e]), "s")
+        for role in ("client+scheduler", "worker"):
+            line(f"{role} CPU (all)", med([r["cpu"].get(role, 0.0) for r in p]), med([r["cpu"].get(role, 0.0) for r in e]),
+                 "s")
+        for role in ("exporter", "launcher", "console relay"):
+            line(f"{role} CPU", None, med([r["cpu"].get(role, 0.0) for r in e]), "s")
         if args.keep:
             shutil.rmtree(args.keep, ignore_errors=True)
             shutil.copytree(run_dirs[-1], args.keep)
