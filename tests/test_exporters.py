@@ -109,6 +109,30 @@ def test_run_folder_span_lines_are_the_full_encoders_json_byte_for_byte():
     assert len(json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"]) == 40
 
 
+def test_the_run_folders_json_is_the_standard_librarys_in_value_and_what_msgspec_refuses_is_written_too():
+    """otlp_json.dumps writes with msgspec, and with the standard library's encoder what msgspec refuses."""
+    import math
+    import random
+
+    from evlog.exporter import otlp_json
+
+    stdlib = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    rnd = random.Random(7)
+    floats = [0.1, 1e-05, 1e16, -0.0, 5e-324, 1.7976931348623157e308] + [rnd.random() * 10 ** rnd.randint(-30, 30)
+                                                                          for _ in range(2000)]
+    text = "".join(chr(i) for i in range(0x20)) + '"\\/ é ✓ \u2028 \U0001F600 \x7f'
+    obj = {"resourceSpans": [{"floats": floats, "text": text, "ints": [0, -1, 2 ** 63 - 1, 2 ** 64, -(2 ** 70)],
+                              "nested": {"a": [True, False, None, {"b": ""}]}}]}
+    fast = otlp_json.dumps(obj)
+    assert fast == otlp_json._fast(obj).decode()  # msgspec wrote it
+    assert json.loads(fast) == json.loads(stdlib(obj)) == obj  # the same values (floats' exponents may differ in form)
+    assert otlp_json.dumps({"t": text}) == stdlib({"t": text})  # strings written alike, escapes included
+    lone = {"name": "a\ud800b", "n": 1}  # msgspec refuses a lone surrogate: the standard library's text
+    assert otlp_json.dumps(lone) == stdlib(lone)
+    nan = otlp_json.any_value(math.nan), otlp_json.any_value(-math.inf)  # proto3 JSON's strings, never a bare NaN
+    assert otlp_json.dumps(nan) == '[{"doubleValue":"NaN"},{"doubleValue":"-Infinity"}]'
+
+
 def test_the_writer_makes_a_gzip_member_per_flush_and_a_cut_file_reads_to_its_last_whole_member(tmp_path):
     """What SIGKILL or os._exit of the exporter process in the middle of a write leaves: a gzip file whose last
     member is cut. Every whole member before it is one flush, its whole lines read back."""

@@ -18,12 +18,26 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
 from opentelemetry.trace import StatusCode
 
 _UNSET = StatusCode.UNSET
 
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
-dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+_fast = msgspec.json.Encoder(enc_hook=str).encode
+_stdlib = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=str).encode
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON text of ``obj`` (the dicts, lists and atoms built here). msgspec writes it about ten times
+    faster than the standard library's encoder, which was a third of the exporter process's CPU on a
+    157k-task Dask run writing its run folder; the text is the same but for floats in exponent form (1e-05 is
+    written 0.00001, 1e+16 as 1e16: the same values). What msgspec refuses, the standard library's encoder
+    writes: a string with a lone surrogate (the run folder's writer then puts U+FFFD in its place)."""
+    try:
+        return _fast(obj).decode()
+    except Exception:
+        return _stdlib(obj)
 
 
 def any_value(v: Any) -> dict:
@@ -315,7 +329,7 @@ def _histogram_point(p) -> dict:
         "count": str(p.count),
         "sum": _double(float(p.sum)),
         "bucketCounts": [str(c) for c in p.bucket_counts],
-        "explicitBounds": [float(b) for b in p.explicit_bounds],
+        "explicitBounds": [_double(float(b)) for b in p.explicit_bounds],
     }
     if p.count:
         out["min"] = _double(float(p.min))
@@ -329,12 +343,12 @@ def _exp_histogram_point(p) -> dict:
         "startTimeUnixNano": str(p.start_time_unix_nano or 0),
         "timeUnixNano": str(p.time_unix_nano),
         "count": str(p.count),
-        "sum": float(p.sum),
+        "sum": _double(float(p.sum)),
         "scale": p.scale,
         "zeroCount": str(p.zero_count),
         "positive": {"offset": p.positive.offset, "bucketCounts": [str(c) for c in p.positive.bucket_counts]},
         "negative": {"offset": p.negative.offset, "bucketCounts": [str(c) for c in p.negative.bucket_counts]},
-        **({"min": float(p.min), "max": float(p.max)} if p.count else {}),
+        **({"min": _double(float(p.min)), "max": _double(float(p.max))} if p.count else {}),
     }
 
 
