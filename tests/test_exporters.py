@@ -131,6 +131,12 @@ def test_the_run_folders_json_is_the_standard_librarys_in_value_and_what_msgspec
     assert otlp_json.dumps(lone) == stdlib(lone)
     nan = otlp_json.any_value(math.nan), otlp_json.any_value(-math.inf)  # proto3 JSON's strings, never a bare NaN
     assert otlp_json.dumps(nan) == '[{"doubleValue":"NaN"},{"doubleValue":"-Infinity"}]'
+    from opentelemetry.sdk.metrics.export import Buckets, ExponentialHistogramDataPoint
+
+    point = ExponentialHistogramDataPoint({}, 1, 2, 3, math.nan, 0, 0, Buckets(0, [3]), Buckets(0, []), 0, -math.inf,
+                                          math.inf)
+    assert '"sum":"NaN"' in otlp_json.dumps(otlp_json._exp_histogram_point(point))
+    assert '"min":"-Infinity","max":"Infinity"' in otlp_json.dumps(otlp_json._exp_histogram_point(point))
 
 
 def test_the_writer_makes_a_gzip_member_per_flush_and_a_cut_file_reads_to_its_last_whole_member(tmp_path):
