@@ -14,7 +14,7 @@ from helpers import PYTHON, evlog_env, run_instrumented
 from plain_receiver import PlainReceiver, attrs
 
 APP = r'''
-import concurrent.futures as cf, json, os, sys
+import concurrent.futures as cf, json, os, subprocess, sys
 from distributed import Client, LocalCluster, get_worker
 from opentelemetry import baggage, context, propagate, trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
@@ -39,7 +39,6 @@ def annotations():
 
 def plain_worker(cluster, client):
     """One more worker, a process without evlog (OTEL_SDK_DISABLED), and its address."""
-    import subprocess
     known = set(client.scheduler_info()["workers"])
     proc = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", cluster.scheduler_address,
                              "--nthreads", "1", "--no-nanny", "--no-dashboard"],
@@ -66,9 +65,13 @@ if __name__ == "__main__":
                 proc, plain = plain_worker(cluster, client)
                 try:
                     wire = client.submit(annotations, key="wire", workers=[plain]).result()
-                finally:
+                finally:  # the peer's own close can wait out Dask's connect timeout (30 s) on a loaded host
                     proc.terminate()
-                    proc.wait(30)
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
         sc = span.get_span_context()
         print(json.dumps({"pid": os.getpid(), "trace_id": format(sc.trace_id, "032x"),
                           "span_id": format(sc.span_id, "016x"), "one": one, "many": many, "pooled": pooled, "wire": wire}))
