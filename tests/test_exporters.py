@@ -181,6 +181,26 @@ def test_the_writer_makes_a_gzip_member_per_flush_and_a_cut_file_reads_to_its_la
                             f"({(ends[-1] - ends[-2]) // 2:,} bytes), skipped"]
 
 
+def test_a_run_folder_exporter_without_a_folder_is_refused_at_set_up_once_and_what_it_had_is_counted(capfd, tmp_path):
+    """An exporter pipeline whose settings name the run folder but no folder (EVLOG_RUN_DIR unset) failed each
+    export with ``os.makedirs(None)``'s TypeError: now its set-up is refused, said once, and its items counted."""
+    from evlog import stats
+    from evlog.config import load
+    from evlog.exporter import process, select
+
+    settings = load(env={}, cwd=str(tmp_path))
+    assert settings.run_dir is None and "file" in settings.exporters.metrics
+    sink = process._Sink(select.factory("metrics", "file", settings), signal="metrics")
+    before = stats.counters.get("dropped.no_exporter", 0)
+    for _ in range(2):
+        sink.pending.append((object(), 3))  # (MetricsData, its points): not read, the exporter is refused first
+        sink.export()
+    assert stats.counters.get("dropped.no_exporter", 0) - before == 6 and not sink.pending
+    err = capfd.readouterr().err
+    assert err.count("evlog: cannot set up the exporter of metric points: no run folder is set (EVLOG_RUN_DIR) to "
+                     "write metrics to") == 1, err
+
+
 def test_a_lone_surrogate_is_written_as_a_replacement_character_and_its_batch_is_kept(tmp_path):
     """A Python str may hold a lone surrogate, which UTF-8 cannot: written as is, the whole line (every span
     of its batch) was skipped by every reader as not UTF-8."""

@@ -38,7 +38,9 @@ def member(data: bytes, level: int = LEVEL) -> bytes:
 class RunFolderWriter:
     """Appends whole lines, one gzip member each, to ``<run_dir>/<signal>-<pid>.jsonl.gz``."""
 
-    def __init__(self, run_dir: str, signal: str):
+    def __init__(self, run_dir: str | None, signal: str):
+        if not run_dir:  # refused here, once (the exporter process says so), rather than failing every export
+            raise ValueError(f"no run folder is set (EVLOG_RUN_DIR) to write {signal} to")
         self.run_dir = run_dir
         self.signal = signal
         self._fd = -1
