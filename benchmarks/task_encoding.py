@@ -14,6 +14,10 @@ for:
 - ``contract``: the spans as the exporter process makes them by default;
 - ``no_event_worker``: the transition events without ``dask.worker.address`` (the span has it);
 - ``no_transitions``: EVLOG_DASK_TRANSITIONS=false (no transition events).
+``run_folder`` times the run folder's line (OTLP/JSON, before compression) of the ``contract`` spans with their
+transitions as the builders hold them (dask_spans.TransitionEvents): ``dicts``, the JSON of otlp_json's dicts
+(``dumps(encode_spans(spans))``), against ``text``, otlp_json's ``encode_spans_text`` (the same text, checked
+here), each batch new, the mean of the rounds.
 The ratio is evlog's CPU over the stock encoder's: on one batch encoded again and again, whose task keys
 and stimulus ids the encoder's caches then hold. ``contract.fresh`` times evlog's encoder as the exporter
 process meets spans: each batch new (the caches warm from the batches before), the mean of the rounds.
@@ -36,13 +40,15 @@ STORY = [("released", "waiting", "update-graph-1795700763.31", False),
 WORKER = "tcp://127.0.0.1:38495"
 
 
-def task_spans(n: int, events: bool, event_worker: bool, sdk: bool = True) -> list:
-    """``n`` tasks' spans: the SDK's ReadableSpans (``sdk``), or SpanData as the builders make them."""
+def task_spans(n: int, events: bool, event_worker: bool, sdk: bool = True, tuples: bool = False) -> list:
+    """``n`` tasks' spans: the SDK's ReadableSpans (``sdk``), or SpanData as the builders make them (``tuples``:
+    the transitions held as the builders hold them, a TransitionEvents)."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
+    from evlog.builders.dask_spans import TransitionEvents
     from evlog.builders.span_data import SpanData, SpanEvent
 
     Span = ReadableSpan if sdk else SpanData
@@ -68,6 +74,10 @@ def task_spans(n: int, events: bool, event_worker: bool, sdk: bool = True) -> li
                     a["dask.worker.address"] = WORKER
                 a["dask.stimulus_id"] = f"task-finished-{t / 1e9 + k:.6f}" if stim.startswith("task-finished") else stim
                 evs.append(event("transition", a, t + k * 1000))
+            if tuples:
+                evs = TransitionEvents([(e.attributes["dask.transition.start"], e.attributes["dask.transition.finish"],
+                                         e.attributes["dask.stimulus_id"], e.attributes.get("dask.worker.address"),
+                                         e.timestamp / 1e9) for e in evs])
         out.append(Span(
             "dask.task inc", task_ctx, None, resource=scheduler, kind=SpanKind.INTERNAL, instrumentation_scope=scope,
             attributes={"dask.task.key": key, "dask.task.prefix": "inc", "dask.task.group": "inc",
@@ -123,6 +133,29 @@ def main() -> None:
                 used += time.process_time() - t
             print(f"task_encoding.contract.fresh: evlog {used / rounds / batch * 1e6:.1f} us CPU per task (each batch "
                   f"new, the mean of {rounds})")
+    _run_folder(batch, rounds)
+
+
+def _run_folder(batch: int, rounds: int) -> None:
+    from evlog.exporter import otlp_json
+
+    fresh = [task_spans(batch, True, True, sdk=False, tuples=True) for _ in range(2 * rounds)]
+    dicts_used = text_used = 0.0
+    size = 0
+    for i, spans in enumerate(fresh):  # alternated, each batch new to the path that writes it
+        t = time.process_time()
+        if i % 2:
+            line = otlp_json.encode_spans_text(spans)
+            text_used += time.process_time() - t
+            if line != otlp_json.dumps(otlp_json.encode_spans(spans)):
+                raise SystemExit("task_encoding.run_folder: the text differs from the dicts' JSON")
+            size = len(line.encode())
+        else:
+            otlp_json.dumps(otlp_json.encode_spans(spans))
+            dicts_used += time.process_time() - t
+    dicts, text = dicts_used / rounds / batch * 1e6, text_used / rounds / batch * 1e6
+    print(f"task_encoding.run_folder: ratio {text / dicts:.3f} (dicts {dicts:.1f}, text {text:.1f}, us CPU per task; "
+          f"{size / batch:.0f} bytes of JSON, each batch new, the mean of {rounds})")
 
 
 if __name__ == "__main__":

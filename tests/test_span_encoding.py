@@ -5,9 +5,13 @@ dropped counts, several resources and scopes in one batch, some equal by value a
 evlog's bytes, parsed with opentelemetry-proto, equal (==) the message the stock encoder
 (opentelemetry.exporter.otlp.proto.common.trace_encoder.encode_spans) makes from the same spans as the
 SDK's ReadableSpans (span_data.readable), and, serialized, its bytes. The real builders' output, from the
-records a Dask run recorded (tests/data/dask_frames.marshal), goes through both paths too."""
+records a Dask run recorded (tests/data/dask_frames.marshal), goes through both paths too.
+
+The run folder's text (evlog/exporter/otlp_json.py, ``encode_spans_text``: written from fragments and the
+transitions' tuples) is held to its oracle the same way: the JSON of otlp_json's dicts (``encode_spans``)."""
 from __future__ import annotations
 
+import json
 import marshal
 import math
 import os
@@ -23,7 +27,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 
 from evlog.builders.dask_spans import TransitionEvents
 from evlog.builders.span_data import NO_ATTRIBUTES, SpanData, SpanEvent, SpanLink, readable
-from evlog.exporter import span_encoding
+from evlog.exporter import otlp_json, span_encoding
 
 HUGE = "x" * 100_000  # a length that takes a 3-byte varint
 HUGE_UNICODE = "é€𝄞" * 20_000
@@ -126,6 +130,20 @@ def assert_same(batch) -> None:
     parsed = ExportTraceServiceRequest.FromString(mine)
     if not _has_nan(stock):
         assert parsed == stock
+    assert_same_json(batch)
+
+
+def assert_same_json(batch) -> None:
+    """The run folder's line of ``batch`` is the JSON of otlp_json's dicts, character for character."""
+    text = otlp_json.encode_spans_text(batch)
+    oracle = otlp_json.encode_spans(batch)
+    try:
+        want = otlp_json._fast(oracle).decode()
+    except UnicodeEncodeError:  # a lone surrogate: the standard library wrote the whole oracle, and spells a
+        want = otlp_json.dumps(oracle)  # float in exponent form otherwise (1e-05): the same values, compared
+        assert json.loads(text) == json.loads(want)
+        return
+    assert text == want
 
 
 # ---- properties -------------------------------------------------------------------------------------------

@@ -21,6 +21,8 @@ from typing import Any
 import msgspec
 from opentelemetry.trace import StatusCode
 
+from evlog.builders.dask_spans import STIMULUS_ID, TRANSITION, TransitionEvents, transition_head
+
 _UNSET = StatusCode.UNSET
 
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
@@ -135,26 +137,35 @@ def span(sp) -> dict:
                                    "attributes": attributes(e.attributes)}, e.dropped_attributes)
                          for e in sp.events]
     if sp.links:
-        out["links"] = [
-            {
-                "traceId": f"{link.context.trace_id:032x}",
-                "spanId": f"{link.context.span_id:016x}",
-                "attributes": attributes(link.attributes),
-                **({"droppedAttributesCount": link.dropped_attributes} if link.dropped_attributes else {}),
-                "flags": _flags(link.context),
-            }
-            for link in sp.links
-        ]
-    status = sp.status
-    code = _STATUS.get(status.status_code.name, 0)
-    if code or status.description:
-        out["status"] = {**({"code": code} if code else {}), **({"message": status.description} if status.description else {})}
+        out["links"] = _links(sp.links)
+    status = _status(sp.status)
+    if status:
+        out["status"] = status
     for key, n in (("droppedAttributesCount", sp.dropped_attributes), ("droppedEventsCount", sp.dropped_events),
                    ("droppedLinksCount", sp.dropped_links)):
         if n:
             out[key] = n
     out["flags"] = _flags(sp.parent)
     return out
+
+
+def _links(links) -> list:
+    return [
+        {
+            "traceId": f"{link.context.trace_id:032x}",
+            "spanId": f"{link.context.span_id:016x}",
+            "attributes": attributes(link.attributes),
+            **({"droppedAttributesCount": link.dropped_attributes} if link.dropped_attributes else {}),
+            "flags": _flags(link.context),
+        }
+        for link in links
+    ]
+
+
+def _status(status) -> dict:
+    """A span's status, {} when unset (left out)."""
+    code = _STATUS.get(status.status_code.name, 0)
+    return {**({"code": code} if code else {}), **({"message": status.description} if status.description else {})}
 
 
 def _flags(context) -> int:
@@ -190,13 +201,20 @@ def encode_spans(spans: Sequence) -> dict:
 
 
 # ---- traces as text: the run folder's line ------------------------------------------------------
-# dumps(encode_spans(spans)) written with less work for the common span (no events, links, status or
-# trace state; a pool task span, a transfer): its name, kind and attributes (the same for all the tasks
-# of one function) are formatted once; the ids and times go into one f-string. Any other span is
-# dumps(span(s)). Public ReadableSpan properties only.
+# dumps(encode_spans(spans)), the same text, written from fragments instead of dicts (a Dask task's two spans:
+# 27 us of CPU against 60, benchmarks/task_encoding.py's run_folder line): a name and kind, and an attribute of a str,
+# int or bool value, are formatted once per value (a task's prefix, state and worker repeat; its key passes
+# through the cache); a Dask task span's transitions (dask_spans.TransitionEvents) are written from the
+# builder's tuples, their name, start, finish and worker once per (start, finish, worker), without the
+# SpanEvents they stand for, as exporter/span_encoding.py writes their protobuf bytes. Everything else
+# (an attribute of another type, a link, a status) goes through the dict functions above and dumps.
+# Public ReadableSpan properties only.
 
 _text_cache: dict = {}  # id(resource or scope) -> (the object, its JSON text)
-_const_cache: dict = {}  # (name, kind, attribute items) -> ('"name":..,"kind":..', '"attributes":[..]')
+_heads: dict = {}  # (name, kind) -> '"name":..,"kind":..'
+_kv_text: dict = {}  # (key, value, type of the value) -> '{"key":..,"value":{..}}'
+_transition_heads: dict = {}  # (start, finish, worker) -> a transition event's text from its name to its stimulus id
+_CACHE_LIMIT = 1 << 16  # entries per cache: past that it starts again (values unique to a task pass through)
 
 
 def memo(cache: dict, key, obj, make, arg, limit: int = 4096):
@@ -209,21 +227,6 @@ def memo(cache: dict, key, obj, make, arg, limit: int = 4096):
         cache.clear()
     cache[key] = (obj, value)
     return value
-
-
-def _span_const(name, kind, attrs) -> tuple:
-    try:
-        key = (name, kind, tuple(attrs.items()))
-        hit = _const_cache.get(key)
-    except TypeError:  # an unhashable (list) attribute value
-        key, hit = None, None
-    if hit is None:
-        hit = (f'"name":{dumps(name)},"kind":{kind.value + 1}', f'"attributes":{dumps(attributes(attrs))}')
-        if key is not None:
-            if len(_const_cache) > 4096:
-                _const_cache.clear()
-            _const_cache[key] = hit
-    return hit
 
 
 def _resource_text(res) -> str:
@@ -239,22 +242,99 @@ def _scope_text(scope) -> str:
     return memo(_text_cache, id(scope), scope, lambda x: dumps(_scope(x)), scope, 256)
 
 
+def _head(name, kind) -> str:
+    key = (name, kind)
+    text = _heads.get(key)
+    if text is None:
+        text = f'"name":{dumps(name)},"kind":{kind.value + 1}'
+        if len(_heads) >= _CACHE_LIMIT:
+            _heads.clear()
+        _heads[key] = text
+    return text
+
+
+def _attributes_text(attrs) -> str:
+    """dumps(attributes(attrs))."""
+    if not attrs:
+        return "[]"
+    cache = _kv_text
+    parts = []
+    for k, v in attrs.items():
+        t = type(v)
+        if t is str or t is int or t is bool:  # not float: -0.0 == 0.0, and NaN is never found again
+            key = (k, v, t)
+            text = cache.get(key)
+            if text is None:
+                if t is int and _beyond_int64(v):
+                    continue
+                text = dumps({"key": k, "value": any_value(v)})
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[key] = text
+            parts.append(text)
+        else:
+            parts.append(dumps({"key": k, "value": any_value(v)}))
+    return "[" + ",".join(parts) + "]"
+
+
+def _event_text(e) -> str:
+    """dumps() of span(s)'s dict for the event ``e``."""
+    dropped = e.dropped_attributes
+    return (f'{{"timeUnixNano":"{e.timestamp}","name":{dumps(e.name)},"attributes":{_attributes_text(e.attributes)}'
+            + (f',"droppedAttributesCount":{dropped}}}' if dropped else "}"))
+
+
+def _transitions_text(trans, out: list) -> None:
+    """The text of a task span's ``(start, finish, stimulus id, worker, time)`` transitions, each as its SpanEvent
+    (dask_spans.TransitionEvents) is written; a value not a str (never from Dask) goes by the SpanEvent."""
+    heads = _transition_heads
+    for tr in trans:
+        start, finish, stim, w, t = tr
+        stim = stim or ""
+        if type(start) is not str or type(finish) is not str or type(stim) is not str or (w and type(w) is not str):
+            out.extend(_event_text(e) for e in TransitionEvents([tr]))
+            continue
+        w = w or None
+        head = heads.get((start, finish, w))
+        if head is None:
+            head = f',"name":"{TRANSITION}","attributes":{_attributes_text(transition_head(start, finish, w))[:-1]},'
+            if len(heads) >= _CACHE_LIMIT:
+                heads.clear()
+            heads[(start, finish, w)] = head
+        out.append(f'{{"timeUnixNano":"{int(t * 1e9)}"{head}{_attributes_text({STIMULUS_ID: stim})[1:]}}}')
+
+
 def span_text(s) -> str:
     """dumps(span(s))."""
     ctx = s.context
-    status = s.status
-    if (s.events or s.links or status.status_code is not _UNSET or status.description or ctx.trace_state
-            or s.dropped_attributes or s.dropped_events or s.dropped_links):
-        return dumps(span(s))
-    attrs = s.attributes
-    if len(attrs) > 4:  # a span of its own (a Dask task's key...): nothing to share with others
-        return dumps(span(s))
     parent = s.parent
-    head, attr_text = _span_const(s.name, s.kind, attrs)
-    tail = (f',"parentSpanId":"{parent.span_id:016x}","flags":{_flags(parent)}}}' if parent is not None
-            else ',"flags":256}')
-    return (f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",{head},'
-            f'"startTimeUnixNano":"{s.start_time or 0}","endTimeUnixNano":"{s.end_time or 0}",{attr_text}{tail}')
+    p = [f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",{_head(s.name, s.kind)},'
+         f'"startTimeUnixNano":"{s.start_time or 0}","endTimeUnixNano":"{s.end_time or 0}",'
+         f'"attributes":{_attributes_text(s.attributes)}']
+    if parent is not None:
+        p.append(f',"parentSpanId":"{parent.span_id:016x}"')
+    ts = ctx.trace_state
+    if ts:
+        p.append(f',"traceState":{dumps(ts.to_header())}')
+    events = s.events
+    if events:
+        texts: list = []
+        if type(events) is TransitionEvents:
+            _transitions_text(events.trans, texts)
+            events = events.tail
+        texts.extend([_event_text(e) for e in events])
+        p.append(',"events":[' + ",".join(texts) + "]")
+    if s.links:  # a few spans (a big computation's linked traces, a task's first span per trace): the dicts
+        p.append(f',"links":{dumps(_links(s.links))}')
+    status = s.status
+    if status.status_code is not _UNSET or status.description:
+        p.append(f',"status":{dumps(_status(status))}')
+    for key, n in (("droppedAttributesCount", s.dropped_attributes), ("droppedEventsCount", s.dropped_events),
+                   ("droppedLinksCount", s.dropped_links)):
+        if n:
+            p.append(f',"{key}":{n}')
+    p.append(f',"flags":{_flags(parent)}}}')
+    return "".join(p)
 
 
 def encode_spans_text(spans: Sequence) -> str:
