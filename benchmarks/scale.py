@@ -81,6 +81,9 @@ class TreeMemory:
         self.role: dict[int, str] = {}
         self.cpu: dict[int, float] = {}  # pid -> CPU seconds (user + system) at its last sample
         self.tree_peak = 0
+        self.peak_at = 0.0  # seconds from the start to the tree's peak
+        self.at_peak: dict[str, int] = {}  # role -> RSS summed over its processes at the tree's peak
+        self._start = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -92,6 +95,7 @@ class TreeMemory:
             except psutil.Error:
                 break
             total = 0
+            now: dict[str, int] = {}
             for p in procs:
                 try:
                     rss = p.memory_info().rss
@@ -102,8 +106,11 @@ class TreeMemory:
                 except psutil.Error:
                     continue
                 total += rss
+                role = self.role[p.pid]
+                now[role] = now.get(role, 0) + rss
                 self.peak[p.pid] = max(self.peak.get(p.pid, 0), rss)
-            self.tree_peak = max(self.tree_peak, total)
+            if total > self.tree_peak:  # where the tree's peak is: which processes hold what at that moment
+                self.tree_peak, self.at_peak, self.peak_at = total, now, time.monotonic() - self._start
             self._stop.wait(self.every)
 
     def stop(self) -> None:
@@ -161,7 +168,8 @@ def run_app(app: str, chunks: int, evlog: bool, run_dir: str) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"the {'evlog' if evlog else 'plain'} app failed ({proc.returncode}):\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
-    result.update(wall=wall, tree_peak=mem.tree_peak, roles=mem.by_role(), cpu=mem.cpu_by_role())
+    result.update(wall=wall, tree_peak=mem.tree_peak, roles=mem.by_role(), cpu=mem.cpu_by_role(),
+                  peak_at=mem.peak_at, at_peak=mem.at_peak)
     return result
 
 
@@ -293,7 +301,9 @@ def main() -> None:
                 rounds[variant].append(r)
                 print(f"# pair {i + 1} {variant}: {r['seconds']:.1f} s compute, tree peak {r['tree_peak'] / 1e6:.0f} MB, "
                       + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sorted(r["roles"].items())) + "; CPU "
-                      + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items())), flush=True)
+                      + ", ".join(f"{k} {v:.1f} s" for k, v in sorted(r["cpu"].items()))
+                      + f"; at the tree's peak ({r['peak_at']:.0f} s of {r['wall']:.0f}) "
+                      + ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in sorted(r["at_peak"].items())), flush=True)
                 if variant == "evlog":
                     run_dirs.append(run_dir)
         tasks = rounds["plain"][0]["tasks"]
