@@ -209,10 +209,13 @@ def test_events_alike_but_their_last_attribute_are_each_the_stock_encoders():
 
 def test_a_full_cache_starts_again_and_changes_nothing(monkeypatch):
     monkeypatch.setattr(span_encoding, "CACHE_LIMIT", 3)
+    monkeypatch.setattr(otlp_json, "_CACHE_LIMIT", 3)
     res = Resource({"service.name": "app"})
-    made = [SpanData(f"n{i % 5}", SpanContext(7, i + 1, False), None, res, {f"k{i % 7}": f"v{i}", "same": 1})
+    made = [SpanData(f"n{i % 5}", SpanContext(7, i + 1, False), None, res, {f"k{i % 7}": f"v{i}", "same": 1},
+                     TransitionEvents([("waiting", f"s{i % 4}", f"stim-{i % 6}", None, 1.5 + i)]))
             for i in range(40)]
     assert_same(made)
+    assert len(otlp_json._kv_text) <= 3 and len(otlp_json._heads) <= 3 and len(otlp_json._transition_heads) <= 3
 
 
 def test_a_name_with_a_lone_surrogate_is_written_with_a_replacement_character():
