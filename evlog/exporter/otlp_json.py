@@ -326,7 +326,7 @@ def span_text(s) -> str:
             events = events.tail
         texts.extend([_event_text(e) for e in events])
         p.append(',"events":[' + ",".join(texts) + "]")
-    if s.links:  # a few spans (a big computation's linked traces, a task's first span per trace): the dicts
+    if s.links:  # a few spans (a big computation's groups and batches, a dask.span's calls): the dicts
         p.append(f',"links":{dumps(_links(s.links))}')
     status = s.status
     if status.status_code is not _UNSET or status.description:
