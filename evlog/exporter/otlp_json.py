@@ -259,24 +259,27 @@ def _attributes_text(attrs) -> str:
     """dumps(attributes(attrs))."""
     if not attrs:
         return "[]"
-    cache = _kv_text
+    get = _kv_text.get
     parts = []
     for k, v in attrs.items():
         t = type(v)
         if t is str or t is int or t is bool:  # not float: -0.0 == 0.0, and NaN is never found again
-            key = (k, v, t)
-            text = cache.get(key)
-            if text is None:
-                if t is int and _beyond_int64(v):
-                    continue
-                text = dumps({"key": k, "value": any_value(v)})
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[key] = text
-            parts.append(text)
+            text = get((k, v, t)) or _kv_made(k, v, t)
+            if text:
+                parts.append(text)
         else:
             parts.append(dumps({"key": k, "value": any_value(v)}))
     return "[" + ",".join(parts) + "]"
+
+
+def _kv_made(k, v, t) -> str:
+    """The text of an attribute of a str, int or bool value, kept in _kv_text ("": an int beyond int64, left out)."""
+    if t is int and _beyond_int64(v):
+        return ""
+    if len(_kv_text) >= _CACHE_LIMIT:
+        _kv_text.clear()
+    text = _kv_text[(k, v, t)] = dumps({"key": k, "value": any_value(v)})
+    return text
 
 
 def _event_text(e) -> str:
@@ -303,7 +306,8 @@ def _transitions_text(trans, out: list) -> None:
             if len(heads) >= _CACHE_LIMIT:
                 heads.clear()
             heads[(start, finish, w)] = head
-        out.append(f'{{"timeUnixNano":"{int(t * 1e9)}"{head}{_attributes_text({STIMULUS_ID: stim})[1:]}}}')
+        last = _kv_text.get((STIMULUS_ID, stim, str)) or _kv_made(STIMULUS_ID, stim, str)
+        out.append(f'{{"timeUnixNano":"{int(t * 1e9)}"{head}{last}]}}')
 
 
 def span_text(s) -> str:
